@@ -1,0 +1,265 @@
+//! The command line: `load` (the user's view of an endpoint) and `tps` (the
+//! scheduler's micro-benchmark, optionally published to ConfigMaps).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use flexinfer_crds::labels::BENCHMARK_RESULTS_CONFIG_MAP;
+
+use crate::target::Api;
+use crate::tps::DEFAULT_PROMPT;
+use crate::workload::Length;
+
+/// Tokens/s, TTFT and inter-token latency benchmark for OpenAI-compatible endpoints.
+#[derive(Debug, Parser)]
+#[command(name = "flexinfer-bench", version, about, long_about = LONG_ABOUT)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log format (logs go to stderr; filter with RUST_LOG).
+    #[arg(long, global = true, env = "FLEXINFER_BENCH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
+    pub log_format: LogFormat,
+}
+
+const LONG_ABOUT: &str = "Measures an OpenAI-compatible endpoint the way users judge it: \
+requests/s, output tokens/s (total and per request), time to first token and inter-token \
+latency percentiles, per concurrency level, as a table, JSON or PNG chart (`load`); and the \
+scheduler's tokens/s micro-benchmark, published to the ConfigMaps the scheduler extender \
+reads (`tps --publish`).";
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load an endpoint at one or more concurrency levels and report
+    /// throughput and latency percentiles.
+    Load(LoadArgs),
+    /// Median decode tokens/s of single 128-token requests (the scheduler's
+    /// benchmark); prints it, or publishes it with --publish.
+    Tps(TpsArgs),
+}
+
+/// The endpoint and how to talk to it.
+#[derive(Debug, Args)]
+pub struct EndpointArgs {
+    /// Base URL (`http://host:port`, `/v1` optional; a gateway route such as
+    /// `http://gw/model/NAME` works too).
+    #[arg(long, env = "BENCHMARK_URL")]
+    pub url: Option<String>,
+
+    /// Model name sent in requests.
+    #[arg(long, env = "MODEL_NAME")]
+    pub model: String,
+
+    /// API to measure.
+    #[arg(long, value_enum, default_value_t = Api::Chat)]
+    pub api: Api,
+
+    /// Bearer token sent as `Authorization`.
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
+    /// Per-request time limit.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3m")]
+    pub timeout: Duration,
+}
+
+/// Flags of `load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Endpoint.
+    #[command(flatten)]
+    pub endpoint: EndpointArgs,
+
+    /// Concurrency levels, comma-separated; each runs in turn.
+    #[arg(short, long, value_delimiter = ',', default_value = "1")]
+    pub concurrency: Vec<usize>,
+
+    /// Requests per level [default: 100 unless --duration is given].
+    #[arg(short = 'n', long, conflicts_with = "duration")]
+    pub requests: Option<u64>,
+
+    /// Time per level instead of a request count (e.g. 30s).
+    #[arg(short, long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Unmeasured requests before each level.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+
+    /// Prompt length in tokens: N, LO..HI (uniform) or normal:MEAN,SD.
+    #[arg(long, default_value = "128")]
+    pub prompt_tokens: Length,
+
+    /// Output length (`max_tokens`): N, LO..HI (uniform) or normal:MEAN,SD.
+    #[arg(long, default_value = "128")]
+    pub max_tokens: Length,
+
+    /// Ask for whole responses instead of streams (no TTFT or inter-token latency then).
+    #[arg(long)]
+    pub no_stream: bool,
+
+    /// Send `ignore_eos: true` (vLLM) so every answer is exactly max_tokens long.
+    #[arg(long)]
+    pub ignore_eos: bool,
+
+    /// Seed of the prompt and length draws.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Print the JSON report (schema flexinfer-bench/load/v1) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write a PNG chart of the levels to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+
+    /// Worker threads of the load generator [default: number of CPUs].
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Flags of `tps`.
+#[derive(Debug, Args)]
+pub struct TpsArgs {
+    /// Endpoint.
+    #[command(flatten)]
+    pub endpoint: EndpointArgs,
+
+    /// Gateway base URL used when --url is not given: requests then go to
+    /// `<proxy-url>/model/<model>`.
+    #[arg(
+        long,
+        env = "BENCHMARK_PROXY_URL",
+        default_value = "http://flexinfer-proxy.flexinfer-system.svc:80"
+    )]
+    pub proxy_url: String,
+
+    /// Backend name (canonicalised: llama.cpp → llamacpp, mlc → mlc-llm).
+    #[arg(long, env = "BENCHMARK_BACKEND", default_value = "ollama")]
+    pub backend: String,
+
+    /// Warm-up requests, not measured.
+    #[arg(long, default_value_t = 2)]
+    pub warmup_iterations: u32,
+
+    /// Measured requests (at least).
+    #[arg(long, default_value_t = 5)]
+    pub iterations: u32,
+
+    /// Keep measuring until this much time has passed too.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub min_duration: Duration,
+
+    /// Output tokens per request (the micro-batch).
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: u32,
+
+    /// Prompt text.
+    #[arg(long, default_value = DEFAULT_PROMPT)]
+    pub prompt: String,
+
+    /// How long to wait for the backend's readiness probe.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    pub ready_timeout: Duration,
+
+    /// Value of the X-FlexInfer-Internal-Workload-Class header (background
+    /// requests never trigger cold starts); empty to omit it.
+    #[arg(long, env = "FLEXINFER_WORKLOAD_CLASS", default_value = "background")]
+    pub workload_class: String,
+
+    /// Apply the results to the ConfigMaps (otherwise they are only printed).
+    #[arg(long)]
+    pub publish: bool,
+
+    /// Per-deployment ConfigMap (the scheduler reads `<deployment>-benchmark-results`).
+    #[arg(long)]
+    pub configmap: Option<String>,
+
+    /// Global results ConfigMap.
+    #[arg(long, env = "BENCHMARK_RESULTS_CONFIGMAP", default_value = BENCHMARK_RESULTS_CONFIG_MAP)]
+    pub global_configmap: String,
+
+    /// Namespace of the ConfigMaps.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Node whose GPU labels give the device class of the global entry.
+    #[arg(long, env = "NODE_NAME")]
+    pub node: Option<String>,
+
+    /// Device class given directly (`vendor=..,arch=..,vram=..,count=..,int4=..`), instead of --node.
+    #[arg(long)]
+    pub device_class: Option<String>,
+
+    /// Print the JSON result (schema flexinfer-bench/tps/v1).
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl TpsArgs {
+    /// The base URL: --url, else the gateway route of the model.
+    pub fn url(&self) -> String {
+        match &self.endpoint.url {
+            Some(url) if !url.is_empty() => url.clone(),
+            _ => format!(
+                "{}/model/{}",
+                self.proxy_url.trim_end_matches('/'),
+                self.endpoint.model
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("flexinfer-bench").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn load_defaults_and_lists() {
+        let cli = parse(&["load", "--url", "http://x", "--model", "m", "-c", "1,8,32"]).unwrap();
+        let Command::Load(a) = cli.command else {
+            panic!()
+        };
+        assert_eq!(a.concurrency, [1, 8, 32]);
+        assert_eq!((a.requests, a.duration), (None, None));
+        assert_eq!(a.max_tokens, Length::Fixed(128));
+        assert!(parse(&["load", "--model", "m", "-n", "5", "-d", "1s"]).is_err());
+        assert!(parse(&["load", "--model", "m", "--max-tokens", "0"]).is_err());
+    }
+
+    #[test]
+    fn tps_follows_the_scheduler_defaults() {
+        let cli = parse(&["tps", "--model", "llama", "--backend", "vllm"]).unwrap();
+        let Command::Tps(a) = cli.command else {
+            panic!()
+        };
+        assert_eq!(
+            (a.warmup_iterations, a.iterations, a.max_tokens),
+            (2, 5, 128)
+        );
+        assert_eq!(a.min_duration, Duration::from_secs(30));
+        assert_eq!(a.global_configmap, "flexinfer-benchmark-results");
+        assert_eq!(
+            a.url(),
+            "http://flexinfer-proxy.flexinfer-system.svc:80/model/llama"
+        );
+        assert_eq!(a.prompt, DEFAULT_PROMPT);
+    }
+}

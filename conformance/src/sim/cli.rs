@@ -1,0 +1,263 @@
+//! The `flexinfer-sim` command line: every flag maps onto a [`SimConfig`]
+//! field, and most can also come from a `FLEXINFER_SIM_*` environment variable.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use super::config::{self, LoraModule, SimConfig};
+
+/// Simulated OpenAI-compatible model server (behaves like vLLM from the outside).
+#[derive(Debug, Parser)]
+#[command(
+    name = "flexinfer-sim",
+    version,
+    about,
+    long_about = "Simulated OpenAI-compatible model server that behaves like vLLM from the \
+outside: /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings, \
+/v1/images/generations, /v1/images/edits, /v1/load_lora_adapter, /v1/unload_lora_adapter, \
+/health, /metrics (vllm: gauges). Load time, time to first token, token rate, concurrency and \
+failures are configurable. Every request is recorded (GET/DELETE /sim/requests) and any other \
+path echoes what it received.\n\nOn start it prints one line to stdout: \
+`flexinfer-sim listening on http://<addr>`."
+)]
+pub struct SimArgs {
+    /// Run something other than the server.
+    #[command(subcommand)]
+    pub command: Option<SimCommand>,
+    /// Server settings.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Benchmark: start the simulator in-process with instant generation and
+    /// drive it with keep-alive HTTP/1.1 connections, printing requests/s and
+    /// latency percentiles for small non-streaming chat completions.
+    Selftest(SelftestArgs),
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Flags of the server.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Served model name; repeat (or comma-separate in the env var) for more. The first is the
+    /// default for requests without `model`; other names are answered 404 like vLLM.
+    #[arg(long = "model", env = "FLEXINFER_SIM_MODELS", value_delimiter = ',', default_value = config::DEFAULT_MODEL)]
+    pub models: Vec<String>,
+
+    /// LoRA adapter present from the start, as NAME=PATH (vLLM's --lora-modules); repeatable.
+    #[arg(long = "lora-module", env = "FLEXINFER_SIM_LORA_MODULES", value_delimiter = ',', value_parser = parse_lora)]
+    pub lora_modules: Vec<LoraModule>,
+
+    /// Address to listen on.
+    #[arg(long, env = "FLEXINFER_SIM_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+
+    /// Port to listen on; 0 picks a free one (read it from the "listening on" line).
+    #[arg(long, env = "FLEXINFER_SIM_PORT", default_value_t = 8000)]
+    pub port: u16,
+
+    /// Identity sent in the X-Served-By header of every response [default: <hostname>:<port>].
+    #[arg(long, env = "FLEXINFER_SIM_POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// Simulated model load time: until it has passed, /health and the model endpoints answer 503.
+    #[arg(long, env = "FLEXINFER_SIM_STARTUP_DELAY", value_parser = humantime::parse_duration, default_value = "0s")]
+    pub startup_delay: Duration,
+
+    /// Time to first token, from the moment a request gets a generation slot.
+    #[arg(long, env = "FLEXINFER_SIM_TTFT", value_parser = humantime::parse_duration, default_value = "0s")]
+    pub ttft: Duration,
+
+    /// Tokens generated per second after the first, for streaming and non-streaming requests
+    /// (a non-streaming answer arrives after TTFT + (tokens - 1) / rate); 0 means instant.
+    #[arg(long, env = "FLEXINFER_SIM_TOKENS_PER_SECOND", default_value_t = 0.0)]
+    pub tokens_per_second: f64,
+
+    /// Requests generating at once; further requests wait in a FIFO queue (shown as
+    /// vllm:num_requests_waiting). 0 means unlimited.
+    #[arg(long, env = "FLEXINFER_SIM_MAX_CONCURRENCY", default_value_t = 0)]
+    pub max_concurrency: usize,
+
+    /// Fraction (0..=1) of inference requests answered 500 at random.
+    #[arg(long, env = "FLEXINFER_SIM_FAIL_RATE", value_parser = parse_fraction, default_value_t = 0.0)]
+    pub fail_rate: f64,
+
+    /// Close the connection after this many generated tokens, without finishing the response
+    /// (simulates a backend crash mid-stream). Requests shorter than this are unaffected.
+    #[arg(long, env = "FLEXINFER_SIM_FAIL_AFTER_TOKENS")]
+    pub fail_after_tokens: Option<u32>,
+
+    /// Completion length when a request gives neither max_tokens nor max_completion_tokens.
+    #[arg(long, env = "FLEXINFER_SIM_DEFAULT_MAX_TOKENS", default_value_t = config::DEFAULT_MAX_TOKENS)]
+    pub default_max_tokens: u32,
+
+    /// Length of embedding vectors when a request gives no `dimensions`.
+    #[arg(long, env = "FLEXINFER_SIM_EMBEDDING_DIM", default_value_t = config::DEFAULT_EMBEDDING_DIM)]
+    pub embedding_dim: usize,
+
+    /// Context window: prompt + completion tokens above it are answered 400 like vLLM.
+    #[arg(long, env = "FLEXINFER_SIM_MAX_MODEL_LEN", default_value_t = config::DEFAULT_MAX_MODEL_LEN)]
+    pub max_model_len: u32,
+
+    /// Simulated KV-cache size in tokens; vllm:gpu_cache_usage_perc is the prompt + completion
+    /// tokens of running requests divided by this.
+    #[arg(long, env = "FLEXINFER_SIM_KV_CACHE_TOKENS", default_value_t = config::DEFAULT_KV_CACHE_TOKENS)]
+    pub kv_cache_tokens: u64,
+
+    /// How many requests GET /sim/requests keeps (the newest); 0 disables recording.
+    #[arg(long, env = "FLEXINFER_SIM_RECORDER_CAPACITY", default_value_t = config::DEFAULT_RECORDER_CAPACITY)]
+    pub recorder_capacity: usize,
+
+    /// Largest accepted request body in bytes; larger ones are answered 413.
+    #[arg(long, env = "FLEXINFER_SIM_MAX_BODY_BYTES", default_value_t = config::DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+
+    /// After SIGTERM or Ctrl-C, how long in-flight requests may still finish.
+    #[arg(long, env = "FLEXINFER_SIM_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub shutdown_grace: Duration,
+
+    /// Log format (logs go to stderr; filter with RUST_LOG).
+    #[arg(long, env = "FLEXINFER_SIM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
+    pub log_format: LogFormat,
+}
+
+impl ServeArgs {
+    /// The configuration these flags describe.
+    pub fn config(&self) -> SimConfig {
+        SimConfig {
+            models: self.models.clone(),
+            lora_modules: self.lora_modules.clone(),
+            pod_name: self.pod_name.clone(),
+            startup_delay: self.startup_delay,
+            ttft: self.ttft,
+            tokens_per_second: self.tokens_per_second,
+            max_concurrency: self.max_concurrency,
+            fail_rate: self.fail_rate,
+            fail_after_tokens: self.fail_after_tokens,
+            default_max_tokens: self.default_max_tokens,
+            embedding_dim: self.embedding_dim,
+            max_model_len: self.max_model_len,
+            kv_cache_tokens: self.kv_cache_tokens,
+            recorder_capacity: self.recorder_capacity,
+            max_body_bytes: self.max_body_bytes,
+            shutdown_grace: self.shutdown_grace,
+        }
+    }
+}
+
+/// Flags of `flexinfer-sim selftest`.
+#[derive(Debug, Args)]
+pub struct SelftestArgs {
+    /// Concurrent keep-alive connections.
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// How long to measure.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    pub duration: Duration,
+    /// Load before measuring starts (not counted).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub warmup: Duration,
+    /// max_tokens of each request.
+    #[arg(long, default_value_t = 16)]
+    pub max_tokens: u32,
+    /// Turn the request recorder off (it is on in normal runs), to measure its cost.
+    #[arg(long)]
+    pub no_recorder: bool,
+}
+
+fn parse_lora(value: &str) -> Result<LoraModule, String> {
+    match value.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => Ok(LoraModule {
+            name: name.to_owned(),
+            path: path.to_owned(),
+        }),
+        _ => Err(format!("expected NAME=PATH, got {value:?}")),
+    }
+}
+
+fn parse_fraction(value: &str) -> Result<f64, String> {
+    let f: f64 = value.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&f) {
+        Ok(f)
+    } else {
+        Err(format!("must be between 0 and 1, got {f}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        SimArgs::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_map_onto_the_config() {
+        let args = SimArgs::try_parse_from([
+            "flexinfer-sim",
+            "--model",
+            "a",
+            "--model",
+            "b",
+            "--lora-module",
+            "sql=/loras/sql",
+            "--startup-delay",
+            "2s",
+            "--ttft",
+            "150ms",
+            "--tokens-per-second",
+            "20",
+            "--fail-rate",
+            "0.5",
+            "--fail-after-tokens",
+            "3",
+            "--port",
+            "0",
+        ])
+        .expect("parse");
+        let config = args.serve.config();
+        assert_eq!(config.models, ["a", "b"]);
+        assert_eq!(config.lora_modules[0].path, "/loras/sql");
+        assert_eq!(config.startup_delay, Duration::from_secs(2));
+        assert_eq!(config.ttft, Duration::from_millis(150));
+        assert_eq!(config.fail_after_tokens, Some(3));
+        assert_eq!(args.serve.port, 0);
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        for bad in [
+            ["flexinfer-sim", "--fail-rate", "2"],
+            ["flexinfer-sim", "--lora-module", "noequals"],
+            ["flexinfer-sim", "--ttft", "soon"],
+        ] {
+            assert!(SimArgs::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn selftest_subcommand() {
+        let args = SimArgs::try_parse_from(["flexinfer-sim", "selftest", "--connections", "4"])
+            .expect("parse");
+        assert!(matches!(
+            args.command,
+            Some(SimCommand::Selftest(SelftestArgs { connections: 4, .. }))
+        ));
+    }
+}

@@ -1,0 +1,328 @@
+//! What a completion request will produce and when: token counts, finish
+//! reason, the deterministic text seed, and the token schedule.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::config::SimConfig;
+use super::error::ApiError;
+use super::metrics::FinishReason;
+use super::protocol::{SamplingFields, Usage};
+use super::synth;
+
+/// Largest `n` accepted, to keep one request from asking for unbounded work.
+pub const MAX_CHOICES: u32 = 128;
+
+/// The decided shape of one completion request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The model name the response reports.
+    pub model: String,
+    /// Prompt tokens (all prompts).
+    pub prompt_tokens: u32,
+    /// Tokens generated for each choice.
+    pub completion_tokens: u32,
+    /// Choices in the response (prompts × `n`).
+    pub choices: u32,
+    /// Why generation ends.
+    pub finish: FinishReason,
+    /// Seed of each choice's text, indexed by choice.
+    pub seeds: Vec<u64>,
+    /// Stream the answer.
+    pub stream: bool,
+    /// Send a usage chunk at the end of a stream.
+    pub include_usage: bool,
+}
+
+impl Plan {
+    /// Validates the sampling fields as vLLM does and decides the output for
+    /// `prompts` (one per prompt; chat has exactly one).
+    pub fn new(
+        config: &SimConfig,
+        model: String,
+        prompts: &[String],
+        fields: &SamplingFields,
+        what: &str,
+    ) -> Result<Self, ApiError> {
+        let stream = fields.stream.unwrap_or(false);
+        if fields.stream_options.is_some() && !stream {
+            return Err(ApiError::bad_request(
+                "Stream options can only be defined when `stream=True`.",
+            ));
+        }
+        let n = fields.n.unwrap_or(1);
+        if n == 0 || n > MAX_CHOICES {
+            return Err(ApiError::bad_request(format!(
+                "n must be between 1 and {MAX_CHOICES}, got {n}."
+            )));
+        }
+        let prompt_tokens = prompts
+            .iter()
+            .map(|p| synth::count_tokens(p).max(1))
+            .fold(0u32, u32::saturating_add);
+        let longest_prompt = prompts
+            .iter()
+            .map(|p| synth::count_tokens(p).max(1))
+            .max()
+            .unwrap_or(1);
+        let max_len = config.max_model_len;
+        let requested = fields.max_completion_tokens.or(fields.max_tokens);
+        let (completion_tokens, finish) = match requested {
+            Some(0) => {
+                return Err(ApiError::bad_request(
+                    "max_tokens must be at least 1, got 0.",
+                ))
+            }
+            Some(tokens) => (tokens, FinishReason::Length),
+            None => (
+                config
+                    .default_max_tokens
+                    .min(max_len.saturating_sub(longest_prompt)),
+                FinishReason::Stop,
+            ),
+        };
+        let total = longest_prompt.saturating_add(completion_tokens);
+        if completion_tokens == 0 || total > max_len {
+            return Err(ApiError::bad_request(format!(
+                "This model's maximum context length is {max_len} tokens. However, you requested \
+                 {total} tokens ({longest_prompt} in the {what}, {completion_tokens} in the \
+                 completion). Please reduce the length of the {what} or completion."
+            )));
+        }
+        let seeds = prompts
+            .iter()
+            .flat_map(|p| {
+                let seed = synth::seed(&model, p);
+                (0..n).map(move |j| seed.wrapping_add(u64::from(j)))
+            })
+            .collect::<Vec<_>>();
+        Ok(Self {
+            choices: u32::try_from(seeds.len()).unwrap_or(u32::MAX),
+            include_usage: fields
+                .stream_options
+                .as_ref()
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
+            model,
+            prompt_tokens,
+            completion_tokens,
+            finish,
+            seeds,
+            stream,
+        })
+    }
+
+    /// Usage of the whole response.
+    pub fn usage(&self) -> Usage {
+        Usage::new(
+            self.prompt_tokens,
+            self.completion_tokens.saturating_mul(self.choices),
+        )
+    }
+
+    /// KV-cache tokens the request holds while it runs.
+    pub fn kv_tokens(&self) -> u64 {
+        u64::from(self.prompt_tokens) + u64::from(self.completion_tokens) * u64::from(self.choices)
+    }
+
+    /// The full text of choice `index`.
+    pub fn text(&self, index: usize) -> String {
+        let seed = self.seeds.get(index).copied().unwrap_or_default();
+        synth::completion_text(seed, self.completion_tokens)
+    }
+
+    /// Token `token` of choice `index`.
+    pub fn token(&self, index: usize, token: u32) -> String {
+        let seed = self.seeds.get(index).copied().unwrap_or_default();
+        synth::token_text(seed, token)
+    }
+}
+
+/// Upper bound of any simulated delay, far beyond any test yet safe to add to an `Instant`.
+pub const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// When each token is due: the first after the TTFT, then one per
+/// inter-token delay, measured from admission so delays never accumulate drift.
+#[derive(Debug, Clone, Copy)]
+pub struct Pacer {
+    start: Instant,
+    ttft: Duration,
+    inter_token: Option<Duration>,
+}
+
+impl Pacer {
+    /// A schedule starting now.
+    pub fn start(config: &SimConfig) -> Self {
+        Self {
+            start: Instant::now(),
+            ttft: config.ttft,
+            inter_token: config.inter_token_delay(),
+        }
+    }
+
+    /// When token `index` (0-based) is due. Absurdly long schedules saturate
+    /// at a century instead of overflowing.
+    pub fn due(&self, index: u32) -> Instant {
+        let after = self
+            .inter_token
+            .map_or(Duration::ZERO, |d| d.saturating_mul(index));
+        let offset = self.ttft.saturating_add(after).min(CENTURY);
+        self.start + offset
+    }
+
+    /// Sleeps until token `index` is due (returns at once when it already is).
+    pub async fn wait_for(&self, index: u32) {
+        let due = self.due(index);
+        if due > Instant::now() {
+            tokio::time::sleep_until(due).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::protocol::StreamOptions;
+
+    fn fields(max_tokens: Option<u32>) -> SamplingFields {
+        SamplingFields {
+            max_tokens,
+            ..SamplingFields::default()
+        }
+    }
+
+    #[test]
+    fn explicit_length_finishes_with_length() {
+        let plan = Plan::new(
+            &SimConfig::default(),
+            "m".into(),
+            &["a b c".into()],
+            &fields(Some(5)),
+            "messages",
+        )
+        .expect("plan");
+        assert_eq!((plan.prompt_tokens, plan.completion_tokens), (3, 5));
+        assert_eq!(plan.finish, FinishReason::Length);
+        assert_eq!(plan.usage(), Usage::new(3, 5));
+        assert_eq!(synth::count_tokens(&plan.text(0)), 5);
+        let streamed: String = (0..5).map(|i| plan.token(0, i)).collect();
+        assert_eq!(streamed, plan.text(0));
+    }
+
+    #[test]
+    fn default_length_finishes_with_stop() {
+        let config = SimConfig {
+            default_max_tokens: 4,
+            ..SimConfig::default()
+        };
+        let plan = Plan::new(
+            &config,
+            "m".into(),
+            &["a".into()],
+            &fields(None),
+            "messages",
+        )
+        .expect("plan");
+        assert_eq!(
+            (plan.completion_tokens, plan.finish),
+            (4, FinishReason::Stop)
+        );
+    }
+
+    #[test]
+    fn max_completion_tokens_wins() {
+        let f = SamplingFields {
+            max_tokens: Some(9),
+            max_completion_tokens: Some(2),
+            ..SamplingFields::default()
+        };
+        let plan = Plan::new(
+            &SimConfig::default(),
+            "m".into(),
+            &["a".into()],
+            &f,
+            "messages",
+        )
+        .expect("plan");
+        assert_eq!(plan.completion_tokens, 2);
+    }
+
+    #[test]
+    fn rejects_like_vllm() {
+        let config = SimConfig {
+            max_model_len: 10,
+            ..SimConfig::default()
+        };
+        let long = Plan::new(
+            &config,
+            "m".into(),
+            &["a b c".into()],
+            &fields(Some(8)),
+            "messages",
+        )
+        .expect_err("too long");
+        assert!(
+            long.message.contains("maximum context length is 10 tokens"),
+            "{}",
+            long.message
+        );
+        assert!(Plan::new(
+            &config,
+            "m".into(),
+            &["a".into()],
+            &fields(Some(0)),
+            "messages"
+        )
+        .is_err());
+        let options = SamplingFields {
+            stream_options: Some(StreamOptions {
+                include_usage: Some(true),
+            }),
+            ..SamplingFields::default()
+        };
+        assert!(Plan::new(&config, "m".into(), &["a".into()], &options, "messages").is_err());
+        let many = SamplingFields {
+            n: Some(MAX_CHOICES + 1),
+            ..SamplingFields::default()
+        };
+        assert!(Plan::new(&config, "m".into(), &["a".into()], &many, "messages").is_err());
+    }
+
+    #[test]
+    fn choices_multiply_prompts_by_n() {
+        let f = SamplingFields {
+            n: Some(2),
+            max_tokens: Some(3),
+            ..SamplingFields::default()
+        };
+        let plan = Plan::new(
+            &SimConfig::default(),
+            "m".into(),
+            &["a".into(), "b".into()],
+            &f,
+            "prompt",
+        )
+        .expect("plan");
+        assert_eq!(plan.choices, 4);
+        assert_eq!(plan.usage(), Usage::new(2, 12));
+    }
+
+    #[test]
+    fn pacer_schedules_from_start() {
+        let config = SimConfig {
+            ttft: Duration::from_millis(100),
+            tokens_per_second: 10.0,
+            ..SimConfig::default()
+        };
+        let pacer = Pacer::start(&config);
+        assert_eq!(pacer.due(3) - pacer.due(0), Duration::from_millis(300));
+        let slow = SimConfig {
+            ttft: Duration::MAX,
+            tokens_per_second: 0.001,
+            ..SimConfig::default()
+        };
+        let pacer = Pacer::start(&slow);
+        assert_eq!(pacer.due(u32::MAX) - pacer.due(0), Duration::ZERO);
+    }
+}

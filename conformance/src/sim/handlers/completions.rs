@@ -1,0 +1,102 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::Response;
+use bytes::Bytes;
+
+use super::json_response;
+use crate::sim::completion::{full_body, response_id, Flavor};
+use crate::sim::error::ApiError;
+use crate::sim::generation::{Pacer, Plan};
+use crate::sim::protocol::{parse_json, texts_of, ChatMessage, ChatRequest, CompletionRequest};
+use crate::sim::state::{unix_now, SimState};
+use crate::sim::streaming;
+
+/// Chat completions, streamed or whole.
+pub async fn chat(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Response, ApiError> {
+    state.check_ready()?;
+    let request: ChatRequest = parse_json(&body)?;
+    let model = state.models.resolve(request.sampling.model.as_deref())?;
+    if request.messages.is_empty() {
+        return Err(ApiError::bad_request(
+            "messages must contain at least one message.",
+        ));
+    }
+    let prompt = request
+        .messages
+        .iter()
+        .map(ChatMessage::text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let plan = Plan::new(
+        &state.config,
+        model,
+        &[prompt],
+        &request.sampling,
+        "messages",
+    )?;
+    generate(state, plan, Flavor::Chat).await
+}
+
+/// Text completions, streamed or whole.
+pub async fn text(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Response, ApiError> {
+    state.check_ready()?;
+    let request: CompletionRequest = parse_json(&body)?;
+    let model = state.models.resolve(request.sampling.model.as_deref())?;
+    let prompts = texts_of(&request.prompt).ok_or_else(|| {
+        ApiError::bad_request("prompt must be a string, a list of strings, or token ids.")
+    })?;
+    let plan = Plan::new(&state.config, model, &prompts, &request.sampling, "prompt")?;
+    generate(state, plan, Flavor::Text).await
+}
+
+/// Admits the request, then paces and answers it.
+async fn generate(state: Arc<SimState>, plan: Plan, flavor: Flavor) -> Result<Response, ApiError> {
+    state.check_injected_failure()?;
+    let slot = state.admission.admit(plan.kv_tokens()).await;
+    state
+        .metrics
+        .prompt_tokens
+        .inc_by(u64::from(plan.prompt_tokens));
+    let pacer = Pacer::start(&state.config);
+    if plan.stream {
+        return Ok(streaming::response(state, plan, flavor, slot, pacer));
+    }
+    if let Some(cut) = state
+        .config
+        .fail_after_tokens
+        .filter(|n| *n < plan.completion_tokens)
+    {
+        pacer.wait_for(cut).await;
+        state.metrics.aborted.inc();
+        return Ok(cut_response());
+    }
+    pacer
+        .wait_for(plan.completion_tokens.saturating_sub(1))
+        .await;
+    let body = full_body(flavor, &plan, &response_id(flavor.id_prefix()), unix_now());
+    state
+        .metrics
+        .generation_tokens
+        .inc_by(u64::from(plan.usage().completion_tokens));
+    state.metrics.finished(plan.finish);
+    drop(slot);
+    Ok(json_response(body))
+}
+
+/// A 200 whose body fails at once: the connection closes before any content.
+fn cut_response() -> Response {
+    let body = Body::from_stream(futures::stream::once(async {
+        Err::<Bytes, _>(streaming::crash())
+    }));
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

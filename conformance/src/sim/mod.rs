@@ -1,0 +1,36 @@
+//! `flexinfer-sim`: a simulated OpenAI-compatible model server that behaves
+//! like vLLM from the outside (endpoints, error envelopes, SSE framing,
+//! `/health`, `vllm:` metrics, runtime LoRA endpoints) with configurable
+//! load time, TTFT, token rate, concurrency and faults, and a request
+//! recorder for tests of whatever sits in front of it.
+//!
+//! Start it in-process with [`SimServer::start`] or [`serve`], or as a child
+//! process with [`process::SimProcess`].
+
+pub mod admission;
+pub mod cli;
+pub mod completion;
+pub mod config;
+pub mod error;
+pub mod generation;
+pub mod handlers;
+pub mod intake;
+pub mod metrics;
+pub mod models;
+pub mod multipart;
+pub mod process;
+pub mod protocol;
+pub mod recorder;
+pub mod selftest;
+pub mod server;
+pub mod state;
+pub mod streaming;
+pub mod synth;
+
+pub use config::{ConfigError, LoraModule, SimConfig};
+pub use recorder::{RequestRecord, RequestRecorder};
+pub use server::{router, serve, SimServer};
+pub use state::SimState;
+
+/// The line printed to stdout once the listener is bound, followed by the URL.
+pub const LISTENING_PREFIX: &str = "flexinfer-sim listening on ";

@@ -1,0 +1,75 @@
+//! Server-sent event responses, paced token by token.
+//!
+//! Each event is handed to hyper as its own body frame when its token is
+//! due; hyper writes and flushes it as soon as the body waits for the next
+//! one, so nothing is held back. With `fail_after_tokens` the body fails
+//! instead, and hyper drops the connection without the final chunk: to the
+//! client it looks like a backend that crashed mid-stream.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+
+use super::admission::Slot;
+use super::completion::{ChunkWriter, Flavor};
+use super::generation::{Pacer, Plan};
+use super::state::{unix_now, SimState};
+
+/// `Content-Type` of streamed completions.
+pub const EVENT_STREAM: &str = "text/event-stream";
+
+/// The error a deliberately cut response body ends with.
+pub fn crash() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "flexinfer-sim: simulated crash (fail-after-tokens)",
+    )
+}
+
+/// A streamed completion. `slot` is held until the stream ends or the client leaves.
+pub fn response(
+    state: Arc<SimState>,
+    plan: Plan,
+    flavor: Flavor,
+    slot: Slot,
+    pacer: Pacer,
+) -> Response {
+    let cut_at = state
+        .config
+        .fail_after_tokens
+        .filter(|n| *n < plan.completion_tokens);
+    let stream = async_stream::stream! {
+        let _slot = slot;
+        let writer = ChunkWriter::new(flavor, &plan, unix_now());
+        let choices = u64::from(plan.choices);
+        let mut out = Vec::with_capacity(512);
+        pacer.wait_for(0).await;
+        writer.role(&mut out);
+        for token in 0..plan.completion_tokens {
+            pacer.wait_for(token).await;
+            if cut_at == Some(token) {
+                if !out.is_empty() {
+                    yield Ok(Bytes::from(std::mem::take(&mut out)));
+                }
+                state.metrics.aborted.inc();
+                yield Err(crash());
+                return;
+            }
+            writer.token(&mut out, token);
+            state.metrics.generation_tokens.inc_by(choices);
+            yield Ok::<_, std::io::Error>(Bytes::from(std::mem::take(&mut out)));
+        }
+        writer.finish(&mut out);
+        state.metrics.finished(plan.finish);
+        yield Ok(Bytes::from(out));
+    };
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}

@@ -1,0 +1,89 @@
+//! Bearer-token authentication with constant-time comparison.
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// The accepted API keys, stored as SHA-256 digests so that comparison time
+/// reveals neither the keys nor their lengths.
+#[derive(Clone, Default)]
+pub struct Auth {
+    digests: Vec<[u8; 32]>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Auth({} keys)", self.digests.len())
+    }
+}
+
+impl Auth {
+    /// Accepts any of `tokens` (empty entries ignored).
+    pub fn new<I, S>(tokens: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let digests = tokens
+            .into_iter()
+            .filter(|t| !t.as_ref().trim().is_empty())
+            .map(|t| Sha256::digest(t.as_ref().trim().as_bytes()).into())
+            .collect();
+        Self { digests }
+    }
+
+    /// Reads tokens from a file: one per line, `#` comments allowed.
+    pub fn from_file(path: &std::path::Path) -> std::io::Result<Self> {
+        let text = std::fs::read_to_string(path)?;
+        Ok(Self::new(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#')),
+        ))
+    }
+
+    /// Number of accepted keys.
+    pub fn len(&self) -> usize {
+        self.digests.len()
+    }
+
+    /// Whether no key is configured.
+    pub fn is_empty(&self) -> bool {
+        self.digests.is_empty()
+    }
+
+    /// Checks an `Authorization` header value (`Bearer <key>`).
+    pub fn check(&self, authorization: Option<&[u8]>) -> bool {
+        let Some(value) = authorization else {
+            return false;
+        };
+        let Some(token) = value.strip_prefix(b"Bearer ") else {
+            return false;
+        };
+        if token.is_empty() {
+            return false;
+        }
+        let digest: [u8; 32] = Sha256::digest(token).into();
+        let mut ok = subtle::Choice::from(0);
+        for d in &self.digests {
+            ok |= d.ct_eq(&digest);
+        }
+        ok.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_only_exact_bearer_tokens() {
+        let a = Auth::new(["s3cret", "other"]);
+        assert!(a.check(Some(b"Bearer s3cret")));
+        assert!(a.check(Some(b"Bearer other")));
+        assert!(!a.check(Some(b"Bearer s3cret ")));
+        assert!(!a.check(Some(b"bearer s3cret")));
+        assert!(!a.check(Some(b"Basic s3cret")));
+        assert!(!a.check(Some(b"Bearer ")));
+        assert!(!a.check(None));
+    }
+}

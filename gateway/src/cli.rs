@@ -1,0 +1,243 @@
+//! Command-line flags; every spec environment variable maps to one flag with
+//! the spec's default.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// OpenAI-compatible gateway in front of model servers.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "flexinfer-gateway",
+    version,
+    about = "OpenAI-compatible gateway in front of model servers",
+    long_about = "OpenAI-compatible gateway in front of model servers (vLLM, Ollama, llama.cpp, \
+MLC-LLM, diffusers, ComfyUI). It finds the model in each request (X-Model-ID header, \
+/model/<name>/ path prefix, JSON `model`, or multipart `model` field), checks the API key and \
+rate limits, resolves aliases and LoRA adapters, picks a pod with the model's routing strategy \
+(default, session-affinity, prefix, least-loaded) and streams the response back. Models come \
+from a YAML file that is reloaded when it changes or on SIGHUP.\n\n\
+Side routes: /healthz, /readyz and /metrics need no API key; /v1/models lists the models."
+)]
+pub struct Cli {
+    /// YAML file listing the models to serve.
+    #[arg(long, short = 'c', env = "FLEXINFER_CONFIG")]
+    pub config: PathBuf,
+
+    /// Address the proxy listens on.
+    #[arg(long, env = "PROXY_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: String,
+
+    /// Separate address serving /metrics, /healthz and /readyz (also served on --listen).
+    #[arg(long, env = "PROXY_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+
+    /// Worker threads of the proxy (0 = one per CPU core).
+    #[arg(long, env = "PROXY_THREADS", default_value_t = 0)]
+    pub threads: usize,
+
+    /// Largest request body accepted, in bytes; larger bodies get 413.
+    #[arg(long, env = "PROXY_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Require `Authorization: Bearer <key>` on inference routes.
+    #[arg(long, env = "PROXY_AUTH_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub auth_enabled: bool,
+
+    /// Accepted API keys, comma-separated.
+    #[arg(
+        long,
+        env = "PROXY_AUTH_TOKEN",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub auth_token: String,
+
+    /// File with accepted API keys, one per line.
+    #[arg(long, env = "PROXY_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Enforce token-bucket rate limits.
+    #[arg(long, env = "PROXY_RATE_LIMIT_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub rate_limit_enabled: bool,
+
+    /// Sustained requests/s allowed per model (a model's `rateLimit` overrides it).
+    #[arg(long, env = "PROXY_RATE_LIMIT_PER_MODEL", default_value_t = 100.0)]
+    pub rate_limit_per_model: f64,
+
+    /// Burst allowed per model.
+    #[arg(long, env = "PROXY_RATE_LIMIT_BURST", default_value_t = 50)]
+    pub rate_limit_burst: u32,
+
+    /// Sustained requests/s allowed over all models (≤ 0 disables the global bucket).
+    #[arg(long, env = "PROXY_RATE_LIMIT_GLOBAL", default_value_t = 1000.0)]
+    pub rate_limit_global: f64,
+
+    /// Burst allowed over all models.
+    #[arg(long, env = "PROXY_RATE_LIMIT_GLOBAL_BURST", default_value_t = 200)]
+    pub rate_limit_global_burst: u32,
+
+    /// Honour per-model routing strategies (off: every model uses default routing).
+    #[arg(long, env = "PROXY_ROUTING_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    pub routing_enabled: bool,
+
+    /// Connection attempts per request, each on another endpoint when one exists (1 to 3).
+    #[arg(
+        long,
+        env = "FLEXINFER_PROXY_UPSTREAM_MAX_ATTEMPTS",
+        default_value_t = 2
+    )]
+    pub upstream_max_attempts: usize,
+
+    /// Time allowed to connect to an upstream pod.
+    #[arg(long, env = "PROXY_UPSTREAM_CONNECT_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub upstream_connect_timeout: Duration,
+
+    /// Longest silence allowed from an upstream while it answers (504 beyond).
+    #[arg(long, env = "PROXY_UPSTREAM_READ_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub upstream_read_timeout: Duration,
+
+    /// Requests queued per model while it is activated from zero.
+    #[arg(long, env = "PROXY_MAX_QUEUE_SIZE", default_value_t = 100)]
+    pub max_queue_size: usize,
+
+    /// Longest time a request waits in an activation queue.
+    #[arg(long, env = "PROXY_QUEUE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub queue_timeout: Duration,
+
+    /// Longest time to wait for a model to become ready after activation.
+    #[arg(long, env = "PROXY_COLD_START_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub cold_start_timeout: Duration,
+
+    /// Retry failed activations with exponential backoff and jitter.
+    #[arg(long, env = "PROXY_BACKOFF_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub backoff_enabled: bool,
+
+    /// Activation retries when backoff is enabled.
+    #[arg(long, env = "PROXY_BACKOFF_MAX_RETRIES", default_value_t = 3)]
+    pub backoff_max_retries: u32,
+
+    /// Time between SIGTERM and closing the listener; /readyz answers 503 meanwhile.
+    #[arg(long, env = "PROXY_SHUTDOWN_DRAIN_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_drain_delay: Duration,
+
+    /// Longest time in-flight requests get to finish after the listener closes.
+    #[arg(long, env = "PROXY_GRACEFUL_SHUTDOWN_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub graceful_shutdown_timeout: Duration,
+
+    /// How often the model file is checked for changes (SIGHUP reloads at once).
+    #[arg(long, env = "PROXY_CONFIG_RELOAD_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub reload_interval: Duration,
+
+    /// Log format.
+    #[arg(long, env = "PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
+    pub log_format: LogFormat,
+
+    /// Log filter (e.g. `info`, `flexinfer_gateway=debug`); RUST_LOG wins when set.
+    /// The default silences a benign connection-pool race that Pingora logs as an error.
+    #[arg(long, env = "PROXY_LOG_LEVEL", default_value = "info,pingora_core::connectors=off")]
+    pub log_level: String,
+}
+
+impl Cli {
+    /// Checks values that clap cannot, collecting every problem.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if self.max_queue_size == 0 {
+            problems.push("PROXY_MAX_QUEUE_SIZE must be > 0 (got 0)".to_string());
+        }
+        if self.queue_timeout.is_zero() {
+            problems.push("PROXY_QUEUE_TIMEOUT must be > 0".to_string());
+        }
+        if self.cold_start_timeout.is_zero() {
+            problems.push("PROXY_COLD_START_TIMEOUT must be > 0".to_string());
+        }
+        if self.backoff_enabled && self.backoff_max_retries == 0 {
+            problems
+                .push("PROXY_BACKOFF_MAX_RETRIES must be > 0 when backoff is enabled".to_string());
+        }
+        if self.rate_limit_enabled {
+            if self.rate_limit_per_model <= 0.0 {
+                problems.push(
+                    "PROXY_RATE_LIMIT_PER_MODEL must be > 0 when rate limiting is enabled"
+                        .to_string(),
+                );
+            }
+            if self.rate_limit_burst == 0 {
+                problems.push(
+                    "PROXY_RATE_LIMIT_BURST must be > 0 when rate limiting is enabled".to_string(),
+                );
+            }
+        }
+        if self.auth_enabled && self.auth_token.trim().is_empty() && self.auth_token_file.is_none()
+        {
+            problems.push(
+                "PROXY_AUTH_TOKEN (or PROXY_AUTH_TOKEN_FILE) must be set when PROXY_AUTH_ENABLED=true"
+                    .to_string(),
+            );
+        }
+        if self.max_body_bytes == 0 {
+            problems.push("PROXY_MAX_BODY_BYTES must be > 0".to_string());
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    /// Upstream attempts clamped to 1..=3, as the spec does.
+    pub fn attempts(&self) -> usize {
+        match self.upstream_max_attempts {
+            0 => 2,
+            n => n.min(3),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let cli = Cli::parse_from(["flexinfer-gateway", "--config", "m.yaml"]);
+        assert_eq!(cli.max_queue_size, 100);
+        assert_eq!(cli.queue_timeout, Duration::from_secs(60));
+        assert_eq!(cli.cold_start_timeout, Duration::from_secs(60));
+        assert!(!cli.backoff_enabled);
+        assert_eq!(cli.backoff_max_retries, 3);
+        assert_eq!(cli.rate_limit_global, 1000.0);
+        assert_eq!(cli.rate_limit_global_burst, 200);
+        assert_eq!(cli.rate_limit_per_model, 100.0);
+        assert_eq!(cli.rate_limit_burst, 50);
+        assert_eq!(cli.max_body_bytes, 16 * 1024 * 1024);
+        assert_eq!(cli.attempts(), 2);
+        assert!(cli.validate().is_ok());
+    }
+
+    #[test]
+    fn auth_without_token_is_rejected() {
+        let cli = Cli::parse_from([
+            "flexinfer-gateway",
+            "--config",
+            "m.yaml",
+            "--auth-enabled",
+            "true",
+        ]);
+        let e = cli.validate().unwrap_err();
+        assert!(e.contains("PROXY_AUTH_TOKEN"), "{e}");
+        let cli = Cli::parse_from(["x", "-c", "m", "--upstream-max-attempts", "9"]);
+        assert_eq!(cli.attempts(), 3);
+    }
+}

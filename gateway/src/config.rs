@@ -1,0 +1,570 @@
+//! The model file: which models the gateway serves and where their pods are.
+//!
+//! The YAML file is parsed once into [`ModelFile`] and validated into a
+//! [`ModelTable`]; the request path only ever sees the validated table.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::routing::{Strategy, Upstream};
+
+/// Longest model name or alias accepted, in bytes.
+pub const MAX_MODEL_NAME_LEN: usize = 256;
+
+/// Top level of the YAML model file.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ModelFile {
+    /// Models served by this gateway.
+    #[serde(default)]
+    pub models: Vec<ModelSpec>,
+    /// Anti-thrashing settings of shared-GPU groups.
+    #[serde(default)]
+    pub sharing: Option<SharingSpec>,
+}
+
+/// Timing of shared-GPU groups (defaults: the spec's 5 min cooldown, 2 min demand window).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SharingSpec {
+    /// No swap within this time of the previous one (e.g. `5m`).
+    #[serde(default)]
+    pub swap_cooldown: Option<String>,
+    /// Demand older than this is ignored (e.g. `2m`).
+    #[serde(default)]
+    pub demand_window: Option<String>,
+}
+
+/// Scale-to-zero settings of a locally run model (as the Model CRD's `spec.serverless`).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServerlessSpec {
+    /// Whether the model stops when idle (default true).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Idle time before the process is stopped (default `300s`).
+    #[serde(default)]
+    pub idle_timeout: Option<String>,
+    /// Processes kept running while idle: 0 or 1 (default 0).
+    #[serde(default)]
+    pub min_replicas: Option<u32>,
+    /// Longest wait for a cold start before requests get 503 (default: the gateway's).
+    #[serde(default)]
+    pub cold_start_timeout: Option<String>,
+}
+
+/// GPU sharing of a locally run model (as the Model CRD's `spec.gpu`).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GpuSpec {
+    /// Group of models that share one GPU: at most one of them runs at a time.
+    #[serde(default)]
+    pub shared: Option<String>,
+    /// Higher priority may preempt lower; equal only an idle leader.
+    #[serde(default)]
+    pub priority: Option<i32>,
+}
+
+/// One model entry of the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ModelSpec {
+    /// Canonical model name clients ask for.
+    pub name: String,
+    /// Other names that resolve to this model (service labels, LiteLLM aliases).
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Name put in the forwarded JSON body; defaults to `name`.
+    #[serde(default)]
+    pub backend_model: Option<String>,
+    /// Routing strategy: `default`, `session-affinity`, `prefix` or `least-loaded`.
+    #[serde(default)]
+    pub routing: Option<String>,
+    /// Bounded-load factor for hash strategies (e.g. `1.25`); off when absent.
+    #[serde(default)]
+    pub bounded_load: Option<f64>,
+    /// Upstream pods, as `http://host:port` URLs.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// LoRA adapters served by this model's pods.
+    #[serde(default)]
+    pub lora_adapters: Vec<LoraSpec>,
+    /// Per-model rate limit overriding the gateway's default.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitSpec>,
+    /// Command that serves the model on this machine; the gateway starts it on
+    /// demand and stops it when idle (instead of fixed `endpoints`).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Arguments of `command`.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment of `command`.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Port `command` listens on (on 127.0.0.1).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Health path answering 200 once the model is loaded (default `/health`).
+    #[serde(default)]
+    pub health: Option<String>,
+    /// Longest time the process may take to turn healthy (default `10m`).
+    #[serde(default)]
+    pub startup_timeout: Option<String>,
+    /// Scale-to-zero settings.
+    #[serde(default)]
+    pub serverless: Option<ServerlessSpec>,
+    /// Shared-GPU group and priority.
+    #[serde(default)]
+    pub gpu: Option<GpuSpec>,
+}
+
+/// A LoRA adapter: requests for `name` go to the base model's pods with
+/// `adapter` (default `name`) as the model the backend sees.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LoraSpec {
+    /// Name clients use.
+    pub name: String,
+    /// Adapter name the backend expects; defaults to `name`.
+    #[serde(default)]
+    pub adapter: Option<String>,
+}
+
+/// Token-bucket limit: sustained requests per second and burst size.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RateLimitSpec {
+    /// Sustained requests per second (> 0).
+    pub requests_per_second: f64,
+    /// Bucket size; defaults to one second's worth of requests.
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+/// A validated model, ready for the request path.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// Canonical name.
+    pub name: String,
+    /// Aliases resolving to this model.
+    pub aliases: Vec<String>,
+    /// Name sent upstream in JSON bodies.
+    pub backend_model: String,
+    /// Routing strategy.
+    pub strategy: Strategy,
+    /// Bounded-load factor for hash strategies.
+    pub bounded_load: Option<f64>,
+    /// Upstream pods.
+    pub upstreams: Vec<Upstream>,
+    /// LoRA adapter name → adapter name sent upstream.
+    pub lora: HashMap<String, String>,
+    /// Per-model rate limit.
+    pub rate_limit: Option<RateLimitSpec>,
+    /// How to run the model locally, when the gateway runs it.
+    pub local: Option<LocalProcess>,
+}
+
+/// A validated local model process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalProcess {
+    /// Program to run.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Port it listens on (127.0.0.1).
+    pub port: u16,
+    /// Health path.
+    pub health_path: String,
+    /// Longest time to turn healthy.
+    pub startup_timeout: Duration,
+    /// Whether it stops when idle.
+    pub serverless: bool,
+    /// Idle time before stopping.
+    pub idle_timeout: Duration,
+    /// Processes kept while idle (0 or 1).
+    pub min_replicas: u32,
+    /// Longest wait for a cold start, when set.
+    pub cold_start_timeout: Option<Duration>,
+    /// Shared-GPU group.
+    pub shared_group: Option<String>,
+    /// Priority within the group.
+    pub priority: i32,
+}
+
+/// Validated shared-group timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharingConfig {
+    /// No swap within this time of the previous one.
+    pub swap_cooldown: Duration,
+    /// Demand older than this is ignored.
+    pub demand_window: Duration,
+}
+
+impl Default for SharingConfig {
+    fn default() -> Self {
+        Self {
+            swap_cooldown: Duration::from_secs(300),
+            demand_window: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The validated set of models.
+#[derive(Debug, Clone, Default)]
+pub struct ModelTable {
+    /// Models in file order.
+    pub models: Vec<ModelConfig>,
+    /// Shared-group timing.
+    pub sharing: SharingConfig,
+}
+
+/// A problem found while loading the model file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read model file {path}: {source}")]
+    Read {
+        /// File path.
+        path: String,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The YAML does not match the schema.
+    #[error("invalid model file {path}: {message}")]
+    Parse {
+        /// File path.
+        path: String,
+        /// Parser message with location.
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("invalid model file: {0}")]
+    Invalid(String),
+}
+
+impl ModelTable {
+    /// Reads and validates a model file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_yaml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates YAML text.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let file: ModelFile = if text.trim().is_empty() {
+            ModelFile::default()
+        } else {
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Parse {
+                path: String::new(),
+                message: e.to_string(),
+            })?
+        };
+        Self::validate(file)
+    }
+
+    /// Validates a parsed file.
+    pub fn validate(file: ModelFile) -> Result<Self, ConfigError> {
+        let mut seen: HashMap<String, String> = HashMap::new();
+        let mut claim = |name: &str, owner: &str| -> Result<(), ConfigError> {
+            check_name(name)?;
+            if let Some(prev) = seen.insert(name.to_string(), owner.to_string()) {
+                return Err(ConfigError::Invalid(format!(
+                    "name '{name}' is used by both model '{prev}' and model '{owner}'"
+                )));
+            }
+            Ok(())
+        };
+        let mut models = Vec::with_capacity(file.models.len());
+        for spec in file.models {
+            claim(&spec.name, &spec.name)?;
+            for alias in &spec.aliases {
+                claim(alias, &spec.name)?;
+            }
+            let mut lora = HashMap::new();
+            for adapter in &spec.lora_adapters {
+                claim(&adapter.name, &spec.name)?;
+                let upstream_name = adapter
+                    .adapter
+                    .clone()
+                    .unwrap_or_else(|| adapter.name.clone());
+                lora.insert(adapter.name.clone(), upstream_name);
+            }
+            let strategy: Strategy = spec
+                .routing
+                .as_deref()
+                .unwrap_or("")
+                .parse()
+                .map_err(|e| ConfigError::Invalid(format!("model '{}': {e}", spec.name)))?;
+            if let Some(f) = spec.bounded_load {
+                if !(f.is_finite() && f >= 1.0) {
+                    return Err(ConfigError::Invalid(format!(
+                        "model '{}': boundedLoad must be a number >= 1.0, got {f}",
+                        spec.name
+                    )));
+                }
+            }
+            if let Some(rl) = spec.rate_limit {
+                if !(rl.requests_per_second.is_finite() && rl.requests_per_second > 0.0) {
+                    return Err(ConfigError::Invalid(format!(
+                        "model '{}': rateLimit.requestsPerSecond must be > 0",
+                        spec.name
+                    )));
+                }
+            }
+            let local = local_process(&spec)?;
+            let upstreams = match &local {
+                Some(l) => vec![Upstream::new(
+                    SocketAddr::from(([127, 0, 0, 1], l.port)),
+                    format!("127.0.0.1:{}", l.port),
+                )],
+                None => spec
+                    .endpoints
+                    .iter()
+                    .map(|url| {
+                        parse_endpoint(url).map_err(|e| {
+                            ConfigError::Invalid(format!("model '{}': {e}", spec.name))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            };
+            models.push(ModelConfig {
+                backend_model: spec
+                    .backend_model
+                    .clone()
+                    .unwrap_or_else(|| spec.name.clone()),
+                name: spec.name,
+                aliases: spec.aliases,
+                strategy,
+                bounded_load: spec.bounded_load,
+                upstreams,
+                lora,
+                rate_limit: spec.rate_limit,
+                local,
+            });
+        }
+        let mut ports = HashMap::new();
+        for m in &models {
+            if let Some(l) = &m.local {
+                if let Some(other) = ports.insert(l.port, m.name.clone()) {
+                    return Err(ConfigError::Invalid(format!(
+                        "models '{other}' and '{}' both use port {}",
+                        m.name, l.port
+                    )));
+                }
+            }
+        }
+        let sharing = file.sharing.unwrap_or_default();
+        let defaults = SharingConfig::default();
+        let sharing = SharingConfig {
+            swap_cooldown: duration("sharing.swapCooldown", sharing.swap_cooldown.as_deref())?
+                .unwrap_or(defaults.swap_cooldown),
+            demand_window: duration("sharing.demandWindow", sharing.demand_window.as_deref())?
+                .unwrap_or(defaults.demand_window),
+        };
+        Ok(Self { models, sharing })
+    }
+}
+
+fn duration(field: &str, value: Option<&str>) -> Result<Option<Duration>, ConfigError> {
+    value
+        .map(|v| {
+            humantime::parse_duration(v.trim())
+                .map_err(|e| ConfigError::Invalid(format!("{field}: '{v}' is not a duration ({e})")))
+        })
+        .transpose()
+}
+
+fn local_process(spec: &ModelSpec) -> Result<Option<LocalProcess>, ConfigError> {
+    let name = &spec.name;
+    let Some(command) = spec.command.clone() else {
+        if spec.port.is_some() || !spec.args.is_empty() || spec.serverless.is_some() || spec.gpu.is_some() {
+            return Err(ConfigError::Invalid(format!(
+                "model '{name}': port, args, serverless and gpu apply only to models with a command"
+            )));
+        }
+        return Ok(None);
+    };
+    if !spec.endpoints.is_empty() {
+        return Err(ConfigError::Invalid(format!(
+            "model '{name}': give either a command or endpoints, not both"
+        )));
+    }
+    let port = spec.port.filter(|p| *p > 0).ok_or_else(|| {
+        ConfigError::Invalid(format!("model '{name}': a model with a command needs a port"))
+    })?;
+    let health_path = spec.health.clone().unwrap_or_else(|| "/health".to_string());
+    if !health_path.starts_with('/') {
+        return Err(ConfigError::Invalid(format!(
+            "model '{name}': health must be a path starting with '/'"
+        )));
+    }
+    let serverless = spec.serverless.clone().unwrap_or_default();
+    let min_replicas = serverless.min_replicas.unwrap_or(0);
+    if min_replicas > 1 {
+        return Err(ConfigError::Invalid(format!(
+            "model '{name}': serverless.minReplicas can be 0 or 1 for a local process"
+        )));
+    }
+    let gpu = spec.gpu.clone().unwrap_or_default();
+    Ok(Some(LocalProcess {
+        command,
+        args: spec.args.clone(),
+        env: spec.env.clone().into_iter().collect(),
+        port,
+        health_path,
+        startup_timeout: duration("startupTimeout", spec.startup_timeout.as_deref())?
+            .unwrap_or(Duration::from_secs(600)),
+        serverless: serverless.enabled.unwrap_or(true),
+        idle_timeout: duration("serverless.idleTimeout", serverless.idle_timeout.as_deref())?
+            .unwrap_or(Duration::from_secs(300)),
+        min_replicas,
+        cold_start_timeout: duration(
+            "serverless.coldStartTimeout",
+            serverless.cold_start_timeout.as_deref(),
+        )?,
+        shared_group: gpu.shared.filter(|g| !g.trim().is_empty()),
+        priority: gpu.priority.unwrap_or(0),
+    }))
+}
+
+fn check_name(name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > MAX_MODEL_NAME_LEN {
+        return Err(ConfigError::Invalid(format!(
+            "model name '{name}' must be 1 to {MAX_MODEL_NAME_LEN} bytes"
+        )));
+    }
+    if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(ConfigError::Invalid(format!(
+            "model name {name:?} must not contain whitespace or control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Parses `http://host:port` (or `host:port`) into an upstream. Host names are
+/// resolved once, at load time.
+pub fn parse_endpoint(url: &str) -> Result<Upstream, String> {
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    if rest.contains("://") {
+        return Err(format!(
+            "endpoint '{url}': only plain http:// upstreams are supported"
+        ));
+    }
+    let authority = rest.split('/').next().unwrap_or(rest);
+    if authority.is_empty() {
+        return Err(format!("endpoint '{url}' has no host"));
+    }
+    let with_port = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr: SocketAddr = match with_port.parse() {
+        Ok(a) => a,
+        Err(_) => with_port
+            .to_socket_addrs()
+            .map_err(|e| format!("endpoint '{url}': cannot resolve: {e}"))?
+            .next()
+            .ok_or_else(|| format!("endpoint '{url}': host resolves to no address"))?,
+    };
+    Ok(Upstream::new(addr, authority))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_full_model() {
+        let t = ModelTable::from_yaml(
+            r#"
+models:
+  - name: llama
+    aliases: [gpt-4o-mini]
+    backendModel: meta/llama
+    routing: session-affinity
+    endpoints: ["http://127.0.0.1:8001", "127.0.0.1:8002"]
+    loraAdapters:
+      - name: sql
+        adapter: sql-lora
+    rateLimit: { requestsPerSecond: 5, burst: 2 }
+"#,
+        )
+        .unwrap();
+        let m = &t.models[0];
+        assert_eq!(m.backend_model, "meta/llama");
+        assert_eq!(m.strategy, Strategy::SessionAffinity);
+        assert_eq!(m.upstreams.len(), 2);
+        assert_eq!(m.upstreams[1].addr, "127.0.0.1:8002".parse().unwrap());
+        assert_eq!(m.lora["sql"], "sql-lora");
+    }
+
+    #[test]
+    fn parses_local_process_models() {
+        let t = ModelTable::from_yaml(
+            r#"
+sharing: { swapCooldown: 30s }
+models:
+  - name: a
+    command: flexinfer-sim
+    args: ["--port", "18001"]
+    port: 18001
+    serverless: { idleTimeout: 2m, coldStartTimeout: 90s }
+    gpu: { shared: gpu0, priority: 5 }
+"#,
+        )
+        .unwrap();
+        let l = t.models[0].local.as_ref().unwrap();
+        assert_eq!((l.port, l.health_path.as_str()), (18001, "/health"));
+        assert_eq!(l.idle_timeout, Duration::from_secs(120));
+        assert_eq!(l.cold_start_timeout, Some(Duration::from_secs(90)));
+        assert_eq!((l.shared_group.as_deref(), l.priority), (Some("gpu0"), 5));
+        assert_eq!(t.models[0].upstreams[0].addr, "127.0.0.1:18001".parse().unwrap());
+        assert_eq!(t.sharing.swap_cooldown, Duration::from_secs(30));
+        assert_eq!(t.sharing.demand_window, Duration::from_secs(120));
+        for bad in [
+            "models: [{name: a, command: x}]",
+            "models: [{name: a, command: x, port: 1, endpoints: ['127.0.0.1:2']}]",
+            "models: [{name: a, port: 1}]",
+            "models: [{name: a, command: x, port: 1, serverless: {idleTimeout: soon}}]",
+            "models: [{name: a, command: x, port: 1}, {name: b, command: y, port: 1}]",
+        ] {
+            assert!(ModelTable::from_yaml(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rejects_duplicates_and_bad_values() {
+        let dup = "models: [{name: a}, {name: b, aliases: [a]}]";
+        let e = ModelTable::from_yaml(dup).unwrap_err().to_string();
+        assert!(e.contains("'a' is used by both"), "{e}");
+        let bad = "models: [{name: a, routing: fastest}]";
+        assert!(ModelTable::from_yaml(bad).is_err());
+        let unknown = "models: [{name: a, endpoint: x}]";
+        let e = ModelTable::from_yaml(unknown).unwrap_err().to_string();
+        assert!(e.contains("unknown field"), "{e}");
+        let tls = "models: [{name: a, endpoints: ['https://x:1']}]";
+        assert!(ModelTable::from_yaml(tls).is_err());
+        let load = "models: [{name: a, boundedLoad: 0.5}]";
+        assert!(ModelTable::from_yaml(load).is_err());
+    }
+}

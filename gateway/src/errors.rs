@@ -1,0 +1,247 @@
+//! OpenAI-shaped error responses.
+//!
+//! Every error the gateway answers itself uses the envelope clients of the
+//! OpenAI API already parse: `{"error":{"message","type","param","code"}}`.
+
+use serde::Serialize;
+
+/// An error the gateway answers to the client itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub status: u16,
+    /// OpenAI error `type` (e.g. `invalid_request_error`).
+    pub kind: &'static str,
+    /// Machine-readable `code` (e.g. `model_not_found`).
+    pub code: &'static str,
+    /// Human-readable message.
+    pub message: String,
+    /// The request field the error is about, when there is one.
+    pub param: Option<&'static str>,
+    /// Value of a `Retry-After` header to send, in seconds.
+    pub retry_after: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    error: Body<'a>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    param: Option<&'a str>,
+    code: &'a str,
+}
+
+impl ApiError {
+    fn new(
+        status: u16,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message: message.into(),
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400 for a request the gateway cannot parse or route.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(
+            400,
+            "invalid_request_error",
+            "invalid_request_error",
+            message,
+        )
+    }
+
+    /// 400 when no model could be found in the request.
+    pub fn missing_model() -> Self {
+        let mut e = Self::new(
+            400,
+            "invalid_request_error",
+            "missing_required_field",
+            "X-Model-ID header, /model/<name> path, or 'model' field in request body required",
+        );
+        e.param = Some("model");
+        e
+    }
+
+    /// 400 for a field whose value is unacceptable.
+    pub fn invalid_field(field: &'static str, reason: impl std::fmt::Display) -> Self {
+        let mut e = Self::new(
+            400,
+            "invalid_request_error",
+            "invalid_field_value",
+            format!("Invalid value for field '{field}': {reason}"),
+        );
+        e.param = Some(field);
+        e
+    }
+
+    /// 401 for a missing or wrong bearer token.
+    pub fn unauthorized() -> Self {
+        Self::new(
+            401,
+            "invalid_request_error",
+            "invalid_api_key",
+            "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'.",
+        )
+    }
+
+    /// 404 for a model the registry does not know.
+    pub fn model_not_found(model: &str) -> Self {
+        let mut e = Self::new(
+            404,
+            "not_found_error",
+            "model_not_found",
+            format!("Model '{model}' not found"),
+        );
+        e.param = Some("model");
+        e
+    }
+
+    /// 405 for a method the route does not accept.
+    pub fn method_not_allowed(method: &str) -> Self {
+        Self::new(
+            405,
+            "invalid_request_error",
+            "method_not_allowed",
+            format!("Method {method} not allowed"),
+        )
+    }
+
+    /// 413 for a request body over the configured bound.
+    pub fn body_too_large(limit: usize) -> Self {
+        Self::new(
+            413,
+            "invalid_request_error",
+            "request_too_large",
+            format!("Request body exceeds the limit of {limit} bytes"),
+        )
+    }
+
+    /// 429 when a rate limit is exhausted.
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        let mut e = Self::new(
+            429,
+            "rate_limit_error",
+            "rate_limit_exceeded",
+            "Rate limit exceeded, please retry later",
+        );
+        e.retry_after = Some(retry_after_secs.max(1));
+        e
+    }
+
+    /// 502 when no upstream could be reached.
+    pub fn bad_gateway() -> Self {
+        Self::new(502, "upstream_error", "bad_gateway", "upstream unavailable")
+    }
+
+    /// 503 when the model has no ready endpoint.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(
+            503,
+            "service_unavailable_error",
+            "service_unavailable",
+            message,
+        )
+    }
+
+    /// 503 when the activation queue of a model is full.
+    pub fn queue_full() -> Self {
+        Self::new(
+            503,
+            "service_unavailable_error",
+            "queue_full",
+            "Service overloaded, please retry",
+        )
+    }
+
+    /// 503 when a model could not be started.
+    pub fn activation_failed(model: &str, reason: &str) -> Self {
+        Self::new(
+            503,
+            "service_unavailable_error",
+            "activation_failed",
+            format!("Failed to activate model '{model}': {reason}"),
+        )
+    }
+
+    /// 503 when a model did not become ready within the wait bound.
+    pub fn activation_timeout(waited: std::time::Duration) -> Self {
+        Self::new(
+            503,
+            "service_unavailable_error",
+            "activation_timeout",
+            format!(
+                "Timeout waiting for model to become ready (waited {})",
+                humantime::format_duration(waited)
+            ),
+        )
+    }
+
+    /// 504 when the upstream did not answer in time.
+    pub fn gateway_timeout() -> Self {
+        Self::new(504, "timeout_error", "timeout", "upstream timed out")
+    }
+
+    /// 500 for failures inside the gateway.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "server_error", "server_error", message)
+    }
+
+    /// The JSON body of this error, with a trailing newline.
+    pub fn body(&self) -> Vec<u8> {
+        let envelope = Envelope {
+            error: Body {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param,
+                code: self.code,
+            },
+        };
+        let mut out = serde_json::to_vec(&envelope).unwrap_or_default();
+        out.push(b'\n');
+        out
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_has_openai_shape() {
+        let v: serde_json::Value =
+            serde_json::from_slice(&ApiError::model_not_found("llama").body()).unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert_eq!(v["error"]["type"], "not_found_error");
+        assert_eq!(v["error"]["param"], "model");
+        assert_eq!(v["error"]["message"], "Model 'llama' not found");
+    }
+
+    #[test]
+    fn param_is_omitted_when_absent() {
+        let v: serde_json::Value = serde_json::from_slice(&ApiError::bad_gateway().body()).unwrap();
+        assert!(v["error"].get("param").is_none());
+        assert_eq!(ApiError::rate_limited(0).retry_after, Some(1));
+    }
+}

@@ -1,0 +1,32 @@
+//! `flexinfer-gateway`: the OpenAI-compatible proxy.
+
+use clap::Parser;
+use flexinfer_gateway::cli::{Cli, LogFormat};
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(&cli);
+    match flexinfer_gateway::server::build(&cli) {
+        Ok(server) => {
+            tracing::info!(listen = %cli.listen, config = %cli.config.display(), "flexinfer-gateway starting");
+            server.run();
+        }
+        Err(e) => {
+            eprintln!("flexinfer-gateway: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn init_logging(cli: &Cli) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log_level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Pretty => builder.init(),
+    }
+}

@@ -1,0 +1,206 @@
+//! Prometheus metrics of the request path.
+//!
+//! Names follow the `flexinfer_proxy_*` family so dashboards built for the
+//! original proxy keep working.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Latency buckets in seconds: from sub-millisecond proxy answers to long generations.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0,
+];
+
+/// All gateway metrics, registered in one registry.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// Requests by model, HTTP status and API route.
+    pub requests: IntCounterVec,
+    /// Whole-request latency by model and route.
+    pub duration: HistogramVec,
+    /// Time until the response header reached the client, by model.
+    pub ttfb: HistogramVec,
+    /// Requests in flight per model.
+    pub active: IntGaugeVec,
+    /// Requests in flight per model and endpoint.
+    pub endpoint_active: IntGaugeVec,
+    /// Rejections by rate limits, by model and scope (`global`, `per_model`).
+    pub rate_limited: IntCounterVec,
+    /// Request body bytes received, by model.
+    pub bytes_in: IntCounterVec,
+    /// Response body bytes sent, by model.
+    pub bytes_out: IntCounterVec,
+    /// Upstream connection retries by model and reason.
+    pub retries: IntCounterVec,
+    /// Routing decisions by model, strategy and key source.
+    pub routing: IntCounterVec,
+    /// Model file reloads by result.
+    pub reloads: IntCounterVec,
+    /// Time requests waited for a cold start, by model.
+    pub queue_wait: HistogramVec,
+    /// Requests refused while waiting for a model, by model and error code.
+    pub queue_rejected: IntCounterVec,
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str]| {
+            let h = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+                labels,
+            )
+            .expect("valid metric");
+            registry
+                .register(Box::new(h.clone()))
+                .expect("unique metric");
+            h
+        };
+        Self {
+            requests: counter(
+                "flexinfer_proxy_requests_total",
+                "Requests answered, by model, HTTP status and API route.",
+                &["model", "status", "route"],
+            ),
+            duration: histogram(
+                "flexinfer_proxy_request_duration_seconds",
+                "Time from request start to the end of the response.",
+                &["model", "route"],
+            ),
+            ttfb: histogram(
+                "flexinfer_proxy_time_to_first_byte_seconds",
+                "Time from request start until the response header was sent.",
+                &["model"],
+            ),
+            active: gauge(
+                "flexinfer_proxy_active_connections",
+                "Requests in flight per model.",
+                &["model"],
+            ),
+            endpoint_active: gauge(
+                "flexinfer_proxy_endpoint_active_connections",
+                "Requests in flight per model and upstream endpoint.",
+                &["model", "endpoint"],
+            ),
+            rate_limited: counter(
+                "flexinfer_proxy_rate_limited_total",
+                "Requests rejected by a rate limit.",
+                &["model", "scope"],
+            ),
+            bytes_in: counter(
+                "flexinfer_proxy_request_bytes_total",
+                "Request body bytes received from clients.",
+                &["model"],
+            ),
+            bytes_out: counter(
+                "flexinfer_proxy_response_bytes_total",
+                "Response body bytes sent to clients.",
+                &["model"],
+            ),
+            retries: counter(
+                "flexinfer_proxy_upstream_retries_total",
+                "Upstream connection attempts retried on another endpoint.",
+                &["model", "reason"],
+            ),
+            routing: counter(
+                "flexinfer_proxy_routing_decisions_total",
+                "Routing decisions by strategy and key source.",
+                &["model", "strategy", "key_source"],
+            ),
+            reloads: counter(
+                "flexinfer_proxy_config_reloads_total",
+                "Model file reloads by result.",
+                &["result"],
+            ),
+            queue_wait: histogram(
+                "flexinfer_proxy_queue_wait_duration_seconds",
+                "Time requests waited in the activation queue for their model.",
+                &["model"],
+            ),
+            queue_rejected: counter(
+                "flexinfer_proxy_queue_rejected_total",
+                "Requests refused while waiting for their model (queue_full, activation_timeout, activation_failed).",
+                &["model", "reason"],
+            ),
+            registry,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8192);
+        let encoder = TextEncoder::new();
+        // Encoding into a Vec cannot fail for well-formed metric families.
+        let _ = encoder.encode(&self.registry.gather(), &mut out);
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Collapses a request path into a bounded label: known OpenAI routes keep
+/// their name, everything else is `other`.
+pub fn route_label(path: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/images/generations",
+        "/v1/images/edits",
+        "/v1/images/variations",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
+        "/v1/audio/speech",
+        "/v1/rerank",
+        "/v1/responses",
+        "/v1/models",
+    ];
+    let path = path.split('?').next().unwrap_or(path);
+    KNOWN
+        .iter()
+        .copied()
+        .find(|k| *k == path)
+        .unwrap_or("other")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_registered_families() {
+        let m = Metrics::new();
+        m.requests
+            .with_label_values(&["a", "200", "/v1/completions"])
+            .inc();
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(text.contains("flexinfer_proxy_requests_total{model=\"a\",route=\"/v1/completions\",status=\"200\"} 1"));
+        assert_eq!(
+            route_label("/v1/chat/completions?x=1"),
+            "/v1/chat/completions"
+        );
+        assert_eq!(route_label("/secret/path"), "other");
+    }
+}

@@ -1,0 +1,938 @@
+//! The Pingora [`ProxyHttp`] implementation: a thin sequence of phases that
+//! delegates each concern to its own module.
+//!
+//! Requests whose model is known from the head (header or path prefix) and
+//! whose body the gateway does not need stream straight through. Requests that
+//! must be read first (JSON bodies to route on and rewrite, multipart bodies
+//! carrying the model) are buffered up to the body limit and forwarded as a
+//! Pingora subrequest with the buffered body preset, so bodies of any size up
+//! to the limit are sent upstream intact.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use http::header;
+use pingora_core::protocols::http::HttpTask;
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_error::{Error, ErrorSource, ErrorType, Result};
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_proxy::subrequest::pipe::{pipe_subrequest, InputBody, InputBodyType};
+use pingora_proxy::subrequest::{BodyMode, Ctx as SubrequestCtx};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
+use prometheus::IntGauge;
+
+use crate::activation::{ActivationQueues, Admission};
+use crate::auth::Auth;
+use crate::errors::ApiError;
+use crate::extract::{self, BodyKind};
+use crate::metrics::{route_label, Metrics};
+use crate::ratelimit::RouteLimiter;
+use crate::registry::{ModelRegistry, Resolved};
+use crate::rewrite;
+use crate::routing::{self, InFlight, KeyLimits, KeySource, RoutingInputs, Strategy};
+
+/// Request id header, echoed to the client and passed upstream.
+const REQUEST_ID: &str = "x-request-id";
+/// Internal header never forwarded upstream.
+const WORKLOAD_CLASS: &str = "x-flexinfer-internal-workload-class";
+
+/// Settings of the request path.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Largest request body buffered, in bytes (413 beyond).
+    pub max_body_bytes: usize,
+    /// Time allowed to connect to an upstream.
+    pub connect_timeout: Duration,
+    /// Longest silence allowed while reading an upstream response.
+    pub read_timeout: Duration,
+    /// Connection attempts per request, each on a different endpoint when possible.
+    pub max_attempts: usize,
+    /// Whether per-model routing strategies are honoured.
+    pub routing_enabled: bool,
+    /// Bounds of routing-key derivation.
+    pub key_limits: KeyLimits,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 16 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(600),
+            max_attempts: 2,
+            routing_enabled: true,
+            key_limits: KeyLimits::DEFAULT,
+        }
+    }
+}
+
+/// Shared state of the gateway's request path.
+pub struct Gateway {
+    registry: Arc<dyn ModelRegistry>,
+    activation: Option<Arc<ActivationQueues>>,
+    auth: Option<Auth>,
+    global_limiter: Option<RouteLimiter>,
+    metrics: Metrics,
+    settings: ProxySettings,
+    draining: Arc<AtomicBool>,
+    request_counter: AtomicU64,
+}
+
+/// Everything decided about a request before it is forwarded.
+pub struct ForwardPlan {
+    resolved: Resolved,
+    strategy: Strategy,
+    routing_key: Option<String>,
+    key_source: KeySource,
+    forward_path: Option<String>,
+    body: Option<Bytes>,
+    request_id: Arc<str>,
+}
+
+/// An endpoint slot held while a request is in flight there.
+struct EndpointLease {
+    _in_flight: InFlight,
+    gauge: IntGauge,
+}
+
+impl Drop for EndpointLease {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// Per-request state.
+#[derive(Default)]
+pub struct RequestCtx {
+    request_id: Option<Arc<str>>,
+    start: Option<Instant>,
+    model: Option<Arc<str>>,
+    plan: Option<Box<ForwardPlan>>,
+    tried: Vec<usize>,
+    lease: Option<EndpointLease>,
+    model_gauge: Option<IntGauge>,
+    error: Option<ApiError>,
+    status: u16,
+    request_bytes: u64,
+    response_bytes: u64,
+    ttfb_seen: bool,
+    is_subrequest: bool,
+}
+
+impl Gateway {
+    /// Builds the request path.
+    pub fn new(
+        registry: Arc<dyn ModelRegistry>,
+        auth: Option<Auth>,
+        global_limiter: Option<RouteLimiter>,
+        metrics: Metrics,
+        settings: ProxySettings,
+        draining: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            registry,
+            activation: None,
+            auth,
+            global_limiter,
+            metrics,
+            settings,
+            draining,
+            request_counter: AtomicU64::new(0),
+        }
+    }
+
+    /// Puts cold-start queueing in front of models that are run on demand.
+    pub fn with_activation(mut self, queues: Arc<ActivationQueues>) -> Self {
+        self.activation = Some(queues);
+        self
+    }
+
+    fn next_request_id(&self) -> Arc<str> {
+        let n = self.request_counter.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or_default();
+        Arc::from(format!("{nanos:x}-{n:04x}"))
+    }
+
+    fn model_label(ctx: &RequestCtx) -> &str {
+        ctx.model.as_deref().unwrap_or("unknown")
+    }
+
+    /// Answers the request with `err` and records it.
+    async fn reject(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        err: ApiError,
+    ) -> Result<bool> {
+        // A request body left unread would corrupt the next request on this
+        // connection: close it instead.
+        if !session.as_mut().is_body_done() {
+            session.set_keepalive(None);
+        }
+        let mut extra: Vec<(&'static str, String)> = Vec::new();
+        if let Some(secs) = err.retry_after {
+            extra.push(("retry-after", secs.to_string()));
+        }
+        if err.status == 401 {
+            extra.push(("www-authenticate", "Bearer realm=\"flexinfer\"".to_string()));
+        }
+        respond(
+            session,
+            ctx,
+            err.status,
+            "application/json",
+            Bytes::from(err.body()),
+            &extra,
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// Serves `/healthz`, `/readyz` and `/metrics`; `None` for other paths.
+    async fn side_route(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<bool>> {
+        let path = session.req_header().uri.path();
+        let (status, content_type, body): (u16, &str, Bytes) = match path {
+            "/healthz" => (200, "text/plain", Bytes::from_static(b"ok")),
+            "/readyz" if self.draining.load(Ordering::Relaxed) => {
+                (503, "text/plain", Bytes::from_static(b"draining"))
+            }
+            "/readyz" => (200, "text/plain", Bytes::from_static(b"ok")),
+            "/metrics" => (
+                200,
+                "text/plain; version=0.0.4",
+                Bytes::from(self.metrics.render()),
+            ),
+            _ => return Ok(None),
+        };
+        respond(session, ctx, status, content_type, body, &[]).await?;
+        Ok(Some(true))
+    }
+
+    async fn list_models(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        if session.req_header().method != http::Method::GET {
+            let m = session.req_header().method.to_string();
+            return self
+                .reject(session, ctx, ApiError::method_not_allowed(&m))
+                .await;
+        }
+        let lifecycle = self.activation.as_ref().map(|q| q.lifecycle());
+        let data: Vec<serde_json::Value> = self
+            .registry
+            .list()
+            .into_iter()
+            .map(|m| {
+                let model = m.parent.as_deref().unwrap_or(&m.root);
+                let phase = lifecycle
+                    .and_then(|l| l.phase(model))
+                    .unwrap_or_else(|| "Ready".to_string());
+                serde_json::json!({
+                    "id": m.id,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "flexinfer",
+                    "root": m.root,
+                    "parent": m.parent,
+                    "status": {"phase": phase},
+                })
+            })
+            .collect();
+        let body = serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
+            .unwrap_or_default();
+        respond(
+            session,
+            ctx,
+            200,
+            "application/json",
+            Bytes::from(body),
+            &[],
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// Phase, queue depth, activity and swap history of models run on demand.
+    async fn admin_models(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        if session.req_header().method != http::Method::GET {
+            let m = session.req_header().method.to_string();
+            return self.reject(session, ctx, ApiError::method_not_allowed(&m)).await;
+        }
+        let report = match &self.activation {
+            Some(q) => q.lifecycle().report(),
+            None => serde_json::json!({"models": [], "groups": []}),
+        };
+        let body = serde_json::to_vec(&report).unwrap_or_default();
+        respond(session, ctx, 200, "application/json", Bytes::from(body), &[]).await?;
+        Ok(true)
+    }
+
+    /// Reads the whole request body, refusing more than the limit.
+    async fn read_body(&self, session: &mut Session) -> std::result::Result<Bytes, ApiError> {
+        let limit = self.settings.max_body_bytes;
+        let declared = session
+            .req_header()
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Err(ApiError::body_too_large(limit));
+        }
+        if expects_continue(session.req_header()) {
+            // The client holds the body back until told to send it (curl
+            // does for large uploads, waiting a second otherwise). The body
+            // is read here, before any upstream is chosen, so the gateway
+            // answers for it. A failed write shows up as a failed read below.
+            let _ = session.write_continue_response().await;
+        }
+        let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+        loop {
+            match session.read_request_body().await {
+                Ok(Some(chunk)) => {
+                    if buf.len() + chunk.len() > limit {
+                        return Err(ApiError::body_too_large(limit));
+                    }
+                    buf.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(ApiError::bad_request(format!(
+                        "failed to read request body: {}",
+                        e.etype().as_str()
+                    )))
+                }
+            }
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Works out model, route, routing key and the body to forward.
+    async fn plan(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> std::result::Result<ForwardPlan, ApiError> {
+        let req = session.req_header();
+        let path_and_query = req
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .to_string();
+        let head = extract::from_head(&req.method, &path_and_query, &req.headers)?;
+        let kind = extract::body_kind(&req.method, &req.headers);
+        let (head_model, forward_path) = match head {
+            Some(h) => (Some(h.model), h.forward_path),
+            None => (None, None),
+        };
+        let needs_body = match kind {
+            BodyKind::Json => true,
+            BodyKind::Multipart { .. } => head_model.is_none(),
+            BodyKind::Other => false,
+        };
+        let body = if needs_body {
+            let b = self.read_body(session).await?;
+            ctx.request_bytes = b.len() as u64;
+            Some(b)
+        } else {
+            None
+        };
+
+        // The model named by the request, and a parsed view of a JSON body.
+        let json = match (&kind, &body) {
+            (BodyKind::Json, Some(b)) => Some(extract::parse_json(b)?),
+            _ => None,
+        };
+        let requested = match (head_model, &json, &kind, &body) {
+            (Some(m), _, _, _) => m,
+            (None, Some(view), _, _) if view.model.is_some() => {
+                view.model.as_deref().unwrap_or_default().to_string()
+            }
+            (None, _, BodyKind::Multipart { boundary }, Some(b)) => {
+                extract::multipart_model(b.clone(), boundary)
+                    .await?
+                    .ok_or_else(ApiError::missing_model)?
+            }
+            _ => return Err(ApiError::missing_model()),
+        };
+        extract::validate_model_name(&requested)?;
+
+        let resolved = self
+            .registry
+            .resolve(&requested)
+            .ok_or_else(|| ApiError::model_not_found(&requested))?;
+        ctx.model = Some(Arc::from(resolved.route.name.as_str()));
+
+        if let Some(limiter) = &resolved.route.limiter {
+            if let Err(wait) = limiter.check() {
+                self.metrics
+                    .rate_limited
+                    .with_label_values(&[&resolved.route.name, "per_model"])
+                    .inc();
+                return Err(ApiError::rate_limited(wait));
+            }
+        }
+
+        if let Some(queues) = &self.activation {
+            let route = &resolved.route;
+            match queues.admit(&route.name, route.cold_start_timeout).await {
+                Ok(Admission::Ready) => {}
+                Ok(Admission::Waited(waited)) => {
+                    self.metrics
+                        .queue_wait
+                        .with_label_values(&[&route.name])
+                        .observe(waited.as_secs_f64());
+                }
+                Err(e) => {
+                    self.metrics
+                        .queue_rejected
+                        .with_label_values(&[&route.name, e.code])
+                        .inc();
+                    return Err(e);
+                }
+            }
+        }
+
+        let strategy = if self.settings.routing_enabled {
+            resolved.route.strategy
+        } else {
+            Strategy::Default
+        };
+        let headers = &session.req_header().headers;
+        let (routing_key, key_source) = if strategy.uses_key() {
+            let document = json
+                .as_ref()
+                .and_then(|v| v.documents)
+                .and_then(routing::document_text);
+            let inputs = json.as_ref().map(|v| RoutingInputs {
+                session_id: v.session_id.as_deref(),
+                cache_key: v.cache_key.as_deref(),
+                prefix: v.prefix.as_deref(),
+                messages: v.messages,
+                prompt: v.prompt,
+                document_context: v.document_context.as_deref().or(document.as_deref()),
+            });
+            routing::routing_key(
+                strategy,
+                headers,
+                &inputs.unwrap_or_default(),
+                &self.settings.key_limits,
+            )
+        } else {
+            None
+        }
+        .map_or((None, KeySource::None), |(k, s)| (Some(k), s));
+
+        // Rewrite the JSON `model` to the name the backend serves.
+        let rewritten = match (&body, &json) {
+            (Some(b), Some(view)) if view.model.as_deref() != Some(&*resolved.upstream_model) => {
+                Some(
+                    rewrite::rewrite_model(b, &resolved.upstream_model)
+                        .map_err(|e| ApiError::bad_request(e.to_string()))?,
+                )
+            }
+            _ => None,
+        };
+        drop(json);
+        let body = rewritten.or(body);
+
+        Ok(ForwardPlan {
+            resolved,
+            strategy,
+            routing_key,
+            key_source,
+            forward_path,
+            body,
+            request_id: ctx.request_id.clone().unwrap_or_else(|| Arc::from("")),
+        })
+    }
+
+    /// Forwards a request whose body was buffered: a subrequest runs the
+    /// proxy phases with the body preset, and its response is piped back.
+    async fn forward_buffered(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        plan: Box<ForwardPlan>,
+    ) -> Result<bool> {
+        let Some(spawner) = session.subrequest_spawner.as_ref() else {
+            return self
+                .reject(session, ctx, ApiError::internal("subrequests unavailable"))
+                .await;
+        };
+        let body = plan.body.clone().unwrap_or_default();
+        let sub_ctx = SubrequestCtx::builder()
+            .user_ctx(plan)
+            .body_mode(BodyMode::ExpectBody)
+            .build();
+        let (prepared, handle) = spawner.create_subrequest(session.as_downstream(), sub_ctx);
+        let start = ctx.start.unwrap_or_else(Instant::now);
+        let mut status = 0u16;
+        let mut ttfb: Option<Duration> = None;
+        let mut bytes = 0u64;
+        let input = if body.is_empty() {
+            InputBody::NoBody
+        } else {
+            InputBody::Bytes(vec![body])
+        };
+        let result = pipe_subrequest(
+            session,
+            prepared,
+            handle,
+            |task| {
+                match &task {
+                    HttpTask::Header(h, _) => {
+                        status = h.status.as_u16();
+                        ttfb.get_or_insert_with(|| start.elapsed());
+                    }
+                    HttpTask::Body(Some(b), _) => bytes += b.len() as u64,
+                    _ => {}
+                }
+                Ok(Some(task))
+            },
+            InputBodyType::Preset(input),
+        )
+        .await;
+        ctx.response_bytes += bytes;
+        if let Some(t) = ttfb {
+            self.metrics
+                .ttfb
+                .with_label_values(&[Self::model_label(ctx)])
+                .observe(t.as_secs_f64());
+            ctx.ttfb_seen = true;
+        }
+        match result {
+            Ok(_) => {
+                ctx.status = status;
+                Ok(true)
+            }
+            Err(e) if !e.state.header_received => {
+                let err = classify_upstream_error(&e.error);
+                self.reject(session, ctx, err).await
+            }
+            Err(e) => {
+                ctx.status = status;
+                Err(e.error)
+            }
+        }
+    }
+}
+
+/// Writes a complete response that keeps the client connection usable.
+async fn respond(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    status: u16,
+    content_type: &str,
+    body: Bytes,
+    extra: &[(&'static str, String)],
+) -> Result<()> {
+    let mut resp = ResponseHeader::build(status, Some(4))?;
+    resp.insert_header(header::CONTENT_TYPE, content_type)?;
+    resp.insert_header(header::CONTENT_LENGTH, body.len().to_string())?;
+    if let Some(id) = &ctx.request_id {
+        resp.insert_header(REQUEST_ID, id.as_ref())?;
+    }
+    for (k, v) in extra {
+        resp.insert_header(*k, v.as_str())?;
+    }
+    ctx.status = status;
+    ctx.response_bytes += body.len() as u64;
+    session.write_response_header(Box::new(resp), false).await?;
+    session.write_response_body(Some(body), true).await?;
+    Ok(())
+}
+
+/// Whether an HTTP/1.1 (or later) client waits for `100 Continue` before
+/// sending its body; HTTP/1.0 clients never do (RFC 9110, section 10.1.1).
+fn expects_continue(req: &RequestHeader) -> bool {
+    req.version >= http::Version::HTTP_11
+        && req
+            .headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// Maps a proxy error to the answer the client gets.
+fn classify_upstream_error(e: &Error) -> ApiError {
+    use ErrorType::*;
+    match e.etype() {
+        ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError | ConnectProxyFailure
+        | SocketError | BindError => ApiError::bad_gateway(),
+        ReadTimedout | WriteTimedout => ApiError::gateway_timeout(),
+        HTTPStatus(413) => ApiError::body_too_large(0),
+        _ if e.esource() == &ErrorSource::Upstream => ApiError::bad_gateway(),
+        _ => ApiError::internal(format!("proxy error: {}", e.etype().as_str())),
+    }
+}
+
+fn retry_reason(e: &Error) -> &'static str {
+    match e.etype() {
+        ErrorType::ConnectRefused => "conn_refused",
+        ErrorType::ConnectNoRoute => "host_unreachable",
+        ErrorType::ConnectTimedout => "timeout",
+        _ => "other",
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx::default()
+    }
+
+    fn allow_spawning_subrequest(&self, _session: &Session, ctx: &RequestCtx) -> bool {
+        !ctx.is_subrequest
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        ctx.start = Some(Instant::now());
+        if let Some(sub) = session.subrequest_ctx.as_mut() {
+            // A subrequest spawned by `forward_buffered`: take over its plan.
+            ctx.is_subrequest = true;
+            let plan = sub
+                .user_ctx_mut()
+                .map(|u| std::mem::replace(u, Box::new(())))
+                .and_then(|u| u.downcast::<ForwardPlan>().ok());
+            match plan {
+                Some(plan) => {
+                    // The subrequest's header is a copy of the client's; frame
+                    // the preset (possibly rewritten) body by its real length.
+                    let len = plan.body.as_ref().map_or(0, Bytes::len);
+                    let header = session.req_header_mut();
+                    header.remove_header(&header::TRANSFER_ENCODING);
+                    // The client's `Expect: 100-continue` was answered when
+                    // the body was read; the upstream gets the body at once.
+                    header.remove_header(&header::EXPECT);
+                    header.insert_header(header::CONTENT_LENGTH, len.to_string())?;
+                    ctx.request_id = Some(plan.request_id.clone());
+                    ctx.model = Some(Arc::from(plan.resolved.route.name.as_str()));
+                    ctx.plan = Some(plan);
+                    return Ok(false);
+                }
+                None => {
+                    return self
+                        .reject(
+                            session,
+                            ctx,
+                            ApiError::internal("subrequest without a plan"),
+                        )
+                        .await
+                }
+            }
+        }
+
+        let inbound_id = session
+            .req_header()
+            .headers
+            .get(REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.len() <= 128)
+            .map(Arc::from);
+        ctx.request_id = Some(inbound_id.unwrap_or_else(|| self.next_request_id()));
+
+        if let Some(done) = self.side_route(session, ctx).await? {
+            return Ok(done);
+        }
+        if let Some(auth) = &self.auth {
+            let value = session
+                .req_header()
+                .headers
+                .get(header::AUTHORIZATION)
+                .map(|v| v.as_bytes());
+            if !auth.check(value) {
+                return self.reject(session, ctx, ApiError::unauthorized()).await;
+            }
+        }
+        match session.req_header().uri.path() {
+            "/v1/models" => return self.list_models(session, ctx).await,
+            "/admin/models" => return self.admin_models(session, ctx).await,
+            _ => {}
+        }
+        if let Some(limiter) = &self.global_limiter {
+            if let Err(wait) = limiter.check() {
+                self.metrics
+                    .rate_limited
+                    .with_label_values(&["", "global"])
+                    .inc();
+                return self
+                    .reject(session, ctx, ApiError::rate_limited(wait))
+                    .await;
+            }
+        }
+
+        let plan = match self.plan(session, ctx).await {
+            Ok(plan) => Box::new(plan),
+            Err(e) => return self.reject(session, ctx, e).await,
+        };
+        let gauge = self
+            .metrics
+            .active
+            .with_label_values(&[&plan.resolved.route.name]);
+        gauge.inc();
+        ctx.model_gauge = Some(gauge);
+        self.metrics
+            .routing
+            .with_label_values(&[
+                &plan.resolved.route.name,
+                plan.strategy.as_str(),
+                plan.key_source.as_str(),
+            ])
+            .inc();
+        if plan.body.is_some() {
+            return self.forward_buffered(session, ctx, plan).await;
+        }
+        ctx.plan = Some(plan);
+        Ok(false)
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Box<HttpPeer>> {
+        let Some(plan) = ctx.plan.as_ref() else {
+            ctx.error = Some(ApiError::internal("no route planned"));
+            return Err(Error::new(ErrorType::HTTPStatus(500)));
+        };
+        let route = &plan.resolved.route;
+        let set = &route.endpoints;
+        let Some(idx) = set.select(
+            plan.strategy,
+            plan.routing_key.as_deref(),
+            &route.options,
+            &ctx.tried,
+        ) else {
+            ctx.error = Some(ApiError::unavailable(format!(
+                "model '{}' has no ready endpoint",
+                route.name
+            )));
+            return Err(Error::new(ErrorType::HTTPStatus(503)));
+        };
+        let upstream = set.upstream(idx);
+        let gauge = self
+            .metrics
+            .endpoint_active
+            .with_label_values(&[&route.name, &upstream.name]);
+        gauge.inc();
+        // Replacing the lease of a failed attempt releases its slot.
+        ctx.lease = Some(EndpointLease {
+            _in_flight: set.track(idx),
+            gauge,
+        });
+        ctx.tried.push(idx);
+        let mut peer = HttpPeer::new(upstream.addr, false, String::new());
+        peer.options.connection_timeout = Some(self.settings.connect_timeout);
+        peer.options.read_timeout = Some(self.settings.read_timeout);
+        peer.options.write_timeout = Some(self.settings.read_timeout);
+        Ok(Box::new(peer))
+    }
+
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut RequestCtx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        ctx.lease = None;
+        if let Some(plan) = &ctx.plan {
+            let endpoints = plan.resolved.route.endpoints.len();
+            if ctx.tried.len() < self.settings.max_attempts.min(endpoints) {
+                self.metrics
+                    .retries
+                    .with_label_values(&[&plan.resolved.route.name, retry_reason(&e)])
+                    .inc();
+                e.set_retry(true);
+            }
+        }
+        e
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        upstream.remove_header(WORKLOAD_CLASS);
+        if self.auth.is_some() {
+            // The gateway's API keys are not the backend's business.
+            upstream.remove_header(&header::AUTHORIZATION);
+        }
+        let Some(plan) = ctx.plan.as_ref() else {
+            return Ok(());
+        };
+        if let Some(path) = &plan.forward_path {
+            let uri: http::Uri = path
+                .parse()
+                .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad forward path"))?;
+            upstream.set_uri(uri);
+        }
+        if let Some(body) = &plan.body {
+            upstream.remove_header(&header::TRANSFER_ENCODING);
+            upstream.insert_header(header::CONTENT_LENGTH, body.len().to_string())?;
+        }
+        upstream.insert_header(REQUEST_ID, plan.request_id.as_ref())?;
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(id) = &ctx.request_id {
+            resp.insert_header(REQUEST_ID, id.as_ref())?;
+        }
+        ctx.status = resp.status.as_u16();
+        if !ctx.is_subrequest && !ctx.ttfb_seen {
+            ctx.ttfb_seen = true;
+            if let Some(start) = ctx.start {
+                self.metrics
+                    .ttfb
+                    .with_label_values(&[Self::model_label(ctx)])
+                    .observe(start.elapsed().as_secs_f64());
+            }
+        }
+        Ok(())
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if !ctx.is_subrequest {
+            if let Some(b) = body {
+                ctx.request_bytes += b.len() as u64;
+            }
+        }
+        Ok(())
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<Duration>> {
+        if !ctx.is_subrequest {
+            if let Some(b) = body {
+                ctx.response_bytes += b.len() as u64;
+            }
+        }
+        Ok(None)
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        ctx.lease = None;
+        let downstream_gone = e.esource() == &ErrorSource::Downstream
+            && matches!(
+                e.etype(),
+                ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed
+            );
+        if downstream_gone || session.as_downstream().response_written().is_some() {
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
+        }
+        let err = ctx
+            .error
+            .take()
+            .unwrap_or_else(|| classify_upstream_error(e));
+        let code = err.status;
+        let _ = respond(
+            session,
+            ctx,
+            code,
+            "application/json",
+            Bytes::from(err.body()),
+            &[],
+        )
+        .await;
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: true,
+        }
+    }
+
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        ctx.lease = None;
+        if ctx.is_subrequest {
+            return;
+        }
+        if let Some(g) = ctx.model_gauge.take() {
+            g.dec();
+        }
+        if let (Some(queues), Some(model)) = (&self.activation, &ctx.model) {
+            // Long streams keep the model active until their last byte.
+            queues.lifecycle().touch(model);
+        }
+        let model = Self::model_label(ctx).to_string();
+        let path = session.req_header().uri.path();
+        let route = route_label(path);
+        let status = if ctx.status == 0 {
+            session
+                .as_downstream()
+                .response_written()
+                .map(|r| r.status.as_u16())
+                .unwrap_or(0)
+        } else {
+            ctx.status
+        };
+        let elapsed = ctx.start.map(|s| s.elapsed()).unwrap_or_default();
+        let status_label = status.to_string();
+        self.metrics
+            .requests
+            .with_label_values(&[&model, &status_label, route])
+            .inc();
+        self.metrics
+            .duration
+            .with_label_values(&[&model, route])
+            .observe(elapsed.as_secs_f64());
+        if ctx.request_bytes > 0 {
+            self.metrics
+                .bytes_in
+                .with_label_values(&[&model])
+                .inc_by(ctx.request_bytes);
+        }
+        if ctx.response_bytes > 0 {
+            self.metrics
+                .bytes_out
+                .with_label_values(&[&model])
+                .inc_by(ctx.response_bytes);
+        }
+        tracing::info!(
+            request_id = ctx.request_id.as_deref().unwrap_or(""),
+            method = %session.req_header().method,
+            path,
+            model = %model,
+            status,
+            elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+            error = e.map(|e| e.to_string()),
+            "request"
+        );
+    }
+}

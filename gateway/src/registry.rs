@@ -1,0 +1,304 @@
+//! Which models exist and where their ready endpoints are.
+//!
+//! The request path asks a [`ModelRegistry`] to resolve the name a client sent
+//! into a [`Resolved`] route. Sources plug in behind the trait: the YAML file
+//! ([`FileRegistry`]) today, Kubernetes watches later, without touching the
+//! request path.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::config::{ConfigError, ModelConfig, ModelTable, RateLimitSpec};
+use crate::ratelimit::{LimitSettings, RouteLimiter};
+use crate::routing::{EndpointSet, RoutingOptions, Strategy};
+
+/// A servable model as the request path sees it.
+#[derive(Debug)]
+pub struct ModelRoute {
+    /// Canonical model name (metrics label).
+    pub name: String,
+    /// Name sent upstream in JSON bodies.
+    pub backend_model: String,
+    /// Routing strategy.
+    pub strategy: Strategy,
+    /// Routing options (bounded load).
+    pub options: RoutingOptions,
+    /// Ready endpoints with their ring and in-flight counters.
+    pub endpoints: Arc<EndpointSet>,
+    /// The model's token bucket, when rate limiting is on.
+    pub limiter: Option<Arc<RouteLimiter>>,
+    /// The model's own cold-start wait bound, when it has one.
+    pub cold_start_timeout: Option<std::time::Duration>,
+}
+
+/// How a requested name matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchKind {
+    /// The canonical name.
+    Name,
+    /// An alias.
+    Alias,
+    /// A LoRA adapter of the model.
+    Lora,
+}
+
+/// Result of resolving a requested model name.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The route to serve it on.
+    pub route: Arc<ModelRoute>,
+    /// Model name the backend must see (backend model or LoRA adapter).
+    pub upstream_model: Arc<str>,
+    /// How the name matched.
+    pub kind: MatchKind,
+}
+
+/// One row of `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedModel {
+    /// Name clients can send.
+    pub id: String,
+    /// Canonical model this name resolves to.
+    pub root: String,
+    /// Base model for LoRA adapters.
+    pub parent: Option<String>,
+}
+
+/// Source of models for the request path.
+pub trait ModelRegistry: Send + Sync + 'static {
+    /// Resolves a requested name (canonical, alias or LoRA adapter).
+    fn resolve(&self, requested: &str) -> Option<Resolved>;
+    /// Every servable name, for `GET /v1/models`.
+    fn list(&self) -> Vec<ListedModel>;
+}
+
+/// An immutable view of all routes; swapped whole on reload.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    by_name: HashMap<String, Resolved>,
+    listed: Vec<ListedModel>,
+    routes: Vec<Arc<ModelRoute>>,
+}
+
+impl RouteTable {
+    /// Builds routes from a validated table, reusing endpoint sets (and so
+    /// their in-flight counters and rings) and limiters of `previous` where
+    /// nothing changed.
+    pub fn build(
+        table: &ModelTable,
+        limits: &LimitSettings,
+        previous: Option<&RouteTable>,
+    ) -> Self {
+        let mut out = RouteTable::default();
+        for model in &table.models {
+            let old = previous.and_then(|p| p.routes.iter().find(|r| r.name == model.name));
+            let route = Arc::new(build_route(model, limits, old.map(|r| r.as_ref())));
+            out.insert(&route, model);
+            out.routes.push(route);
+        }
+        out
+    }
+
+    fn insert(&mut self, route: &Arc<ModelRoute>, model: &ModelConfig) {
+        let backend: Arc<str> = Arc::from(model.backend_model.as_str());
+        let entry = |kind, upstream_model: Arc<str>| Resolved {
+            route: route.clone(),
+            upstream_model,
+            kind,
+        };
+        self.by_name
+            .insert(model.name.clone(), entry(MatchKind::Name, backend.clone()));
+        self.listed.push(ListedModel {
+            id: model.name.clone(),
+            root: model.name.clone(),
+            parent: None,
+        });
+        for alias in &model.aliases {
+            self.by_name
+                .insert(alias.clone(), entry(MatchKind::Alias, backend.clone()));
+            self.listed.push(ListedModel {
+                id: alias.clone(),
+                root: model.name.clone(),
+                parent: None,
+            });
+        }
+        let mut adapters: Vec<_> = model.lora.iter().collect();
+        adapters.sort();
+        for (name, adapter) in adapters {
+            self.by_name.insert(
+                name.clone(),
+                entry(MatchKind::Lora, Arc::from(adapter.as_str())),
+            );
+            self.listed.push(ListedModel {
+                id: name.clone(),
+                root: adapter.clone(),
+                parent: Some(model.name.clone()),
+            });
+        }
+    }
+
+    /// Looks a requested name up.
+    pub fn resolve(&self, requested: &str) -> Option<Resolved> {
+        self.by_name.get(requested).cloned()
+    }
+
+    /// All servable names, in file order.
+    pub fn list(&self) -> Vec<ListedModel> {
+        self.listed.clone()
+    }
+
+    /// All routes.
+    pub fn routes(&self) -> &[Arc<ModelRoute>] {
+        &self.routes
+    }
+}
+
+fn build_route(
+    model: &ModelConfig,
+    limits: &LimitSettings,
+    old: Option<&ModelRoute>,
+) -> ModelRoute {
+    let endpoints = match old {
+        Some(o) if o.endpoints.same_endpoints(&model.upstreams) => o.endpoints.clone(),
+        Some(o) => Arc::new(o.endpoints.rebuild(model.upstreams.clone())),
+        None => Arc::new(EndpointSet::new(model.upstreams.clone())),
+    };
+    let quota: Option<RateLimitSpec> = model.rate_limit.or(limits.per_model);
+    let limiter = match (limits.enabled, quota) {
+        (true, Some(q)) => match old.and_then(|o| o.limiter.clone()) {
+            Some(l) if l.spec() == q => Some(l),
+            _ => RouteLimiter::new(q).map(Arc::new),
+        },
+        _ => None,
+    };
+    ModelRoute {
+        name: model.name.clone(),
+        backend_model: model.backend_model.clone(),
+        strategy: model.strategy,
+        options: RoutingOptions {
+            bounded_load: model.bounded_load,
+        },
+        endpoints,
+        limiter,
+        cold_start_timeout: model.local.as_ref().and_then(|l| l.cold_start_timeout),
+    }
+}
+
+/// Models from a YAML file, reloaded on demand without dropping in-flight
+/// requests (they keep the routes they resolved).
+pub struct FileRegistry {
+    path: Option<PathBuf>,
+    limits: LimitSettings,
+    table: ArcSwap<RouteTable>,
+}
+
+impl FileRegistry {
+    /// Loads the file at `path`.
+    pub fn load(path: &Path, limits: LimitSettings) -> Result<Self, ConfigError> {
+        let table = ModelTable::load(path)?;
+        Ok(Self {
+            path: Some(path.to_path_buf()),
+            table: ArcSwap::from_pointee(RouteTable::build(&table, &limits, None)),
+            limits,
+        })
+    }
+
+    /// A registry over an in-memory table (no file to reload).
+    pub fn from_table(table: &ModelTable, limits: LimitSettings) -> Self {
+        Self {
+            path: None,
+            table: ArcSwap::from_pointee(RouteTable::build(table, &limits, None)),
+            limits,
+        }
+    }
+
+    /// Re-reads the file; on error the current table stays in force.
+    pub fn reload(&self) -> Result<usize, ConfigError> {
+        let Some(path) = &self.path else {
+            return Ok(self.table.load().routes.len());
+        };
+        let table = ModelTable::load(path)?;
+        self.replace(&table);
+        Ok(table.models.len())
+    }
+
+    /// Swaps in a new table.
+    pub fn replace(&self, table: &ModelTable) {
+        let current = self.table.load();
+        let next = RouteTable::build(table, &self.limits, Some(&current));
+        self.table.store(Arc::new(next));
+    }
+
+    /// The file this registry reads, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The current table.
+    pub fn snapshot(&self) -> Arc<RouteTable> {
+        self.table.load_full()
+    }
+}
+
+impl ModelRegistry for FileRegistry {
+    fn resolve(&self, requested: &str) -> Option<Resolved> {
+        self.table.load().resolve(requested)
+    }
+
+    fn list(&self) -> Vec<ListedModel> {
+        self.table.load().list()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(yaml: &str) -> ModelTable {
+        ModelTable::from_yaml(yaml).unwrap()
+    }
+
+    #[test]
+    fn resolves_names_aliases_and_adapters() {
+        let reg = FileRegistry::from_table(
+            &table(
+                "models:\n- name: base\n  backendModel: org/base\n  aliases: [b]\n  endpoints: ['127.0.0.1:9']\n  loraAdapters: [{name: sql, adapter: sql-v2}]\n",
+            ),
+            LimitSettings::default(),
+        );
+        let r = reg.resolve("b").unwrap();
+        assert_eq!(
+            (r.route.name.as_str(), &*r.upstream_model, r.kind),
+            ("base", "org/base", MatchKind::Alias)
+        );
+        let r = reg.resolve("sql").unwrap();
+        assert_eq!((&*r.upstream_model, r.kind), ("sql-v2", MatchKind::Lora));
+        assert!(reg.resolve("nope").is_none());
+        let ids: Vec<_> = reg.list().into_iter().map(|m| m.id).collect();
+        assert_eq!(ids, ["base", "b", "sql"]);
+    }
+
+    #[test]
+    fn reload_keeps_unchanged_endpoint_sets() {
+        let reg = FileRegistry::from_table(
+            &table("models:\n- name: a\n  endpoints: ['127.0.0.1:1']\n- name: b\n  endpoints: ['127.0.0.1:2']\n"),
+            LimitSettings::default(),
+        );
+        let a_before = reg.resolve("a").unwrap().route.endpoints.clone();
+        let b_before = reg.resolve("b").unwrap().route.endpoints.clone();
+        reg.replace(&table(
+            "models:\n- name: a\n  endpoints: ['127.0.0.1:1']\n- name: b\n  endpoints: ['127.0.0.1:3']\n",
+        ));
+        assert!(Arc::ptr_eq(
+            &a_before,
+            &reg.resolve("a").unwrap().route.endpoints
+        ));
+        assert!(!Arc::ptr_eq(
+            &b_before,
+            &reg.resolve("b").unwrap().route.endpoints
+        ));
+    }
+}

@@ -1,0 +1,869 @@
+//! Ready endpoints of one model: the ketama ring, in-flight counters and
+//! endpoint selection.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use pingora_ketama::{Bucket, Continuum, Version};
+
+use super::strategy::{RoutingOptions, Strategy};
+
+/// Virtual nodes per endpoint on the hash ring, as the spec requires; enough
+/// points for an even spread over a handful of pods.
+pub const VIRTUAL_NODES_PER_ENDPOINT: u32 = 150;
+
+/// Ring node indices are 16-bit, so a set holds at most this many endpoints;
+/// further ones are ignored. No model comes anywhere near it.
+pub const MAX_ENDPOINTS: usize = u16::MAX as usize;
+
+/// One upstream pod that can serve a model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Upstream {
+    /// Where to connect. Also the pod's identity on the hash ring, so a pod
+    /// keeps its keys for as long as its address stays in the set.
+    pub addr: SocketAddr,
+    /// Display id for logs and metrics (e.g. `10.0.0.5:8000`, a pod name or
+    /// a URL); never used for routing decisions.
+    pub name: String,
+}
+
+impl Upstream {
+    /// An upstream with an explicit display name.
+    pub fn new(addr: SocketAddr, name: impl Into<String>) -> Self {
+        Upstream {
+            addr,
+            name: name.into(),
+        }
+    }
+}
+
+impl From<SocketAddr> for Upstream {
+    /// An upstream named after its address, for the common case where the
+    /// address is the only identity there is.
+    fn from(addr: SocketAddr) -> Self {
+        Upstream {
+            addr,
+            name: addr.to_string(),
+        }
+    }
+}
+
+/// An in-flight counter on a cache line of its own, so that requests on
+/// different pods do not contend on the same line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Counter(AtomicUsize);
+
+impl Counter {
+    fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The ready endpoints of one model, with their hash ring and in-flight
+/// counters.
+///
+/// The endpoint list is immutable: when the ready set changes, a new set is
+/// built off the request path with [`EndpointSet::rebuild`] and swapped in,
+/// while requests still holding the old one finish undisturbed. In-flight
+/// counters are shared (`Arc`) between a set and its rebuilds, so the load of
+/// a pod that stays is not forgotten when another pod comes or goes.
+pub struct EndpointSet {
+    upstreams: Box<[Upstream]>,
+    counters: Box<[Arc<Counter>]>,
+    /// `(addr, index)` sorted by address: maps ring nodes back to indices.
+    by_addr: Box<[(SocketAddr, usize)]>,
+    ring: Continuum,
+    /// Rotates round-robin order and least-loaded tie breaks.
+    cursor: AtomicUsize,
+}
+
+impl EndpointSet {
+    /// Builds the set and its ring.
+    ///
+    /// Duplicate addresses are dropped (the first one wins), since the ring
+    /// identifies pods by address only; so is anything beyond
+    /// [`MAX_ENDPOINTS`]. Building sorts `150 × n` ring points: do it when
+    /// the endpoint set changes, never per request.
+    pub fn new(upstreams: Vec<Upstream>) -> Self {
+        Self::build(upstreams, |_| None, 0)
+    }
+
+    fn build(
+        upstreams: Vec<Upstream>,
+        existing: impl Fn(&SocketAddr) -> Option<Arc<Counter>>,
+        cursor: usize,
+    ) -> Self {
+        let mut kept: Vec<Upstream> = Vec::with_capacity(upstreams.len().min(MAX_ENDPOINTS));
+        let mut by_addr: Vec<(SocketAddr, usize)> = Vec::with_capacity(kept.capacity());
+        for upstream in upstreams {
+            if kept.len() == MAX_ENDPOINTS {
+                break;
+            }
+            if let Err(pos) = by_addr.binary_search_by(|(addr, _)| addr.cmp(&upstream.addr)) {
+                by_addr.insert(pos, (upstream.addr, kept.len()));
+                kept.push(upstream);
+            }
+        }
+        let counters = kept
+            .iter()
+            .map(|u| existing(&u.addr).unwrap_or_default())
+            .collect();
+        let buckets: Vec<Bucket> = kept.iter().map(|u| Bucket::new(u.addr, 1)).collect();
+        let ring = Continuum::new_with_version(
+            &buckets,
+            Version::V2 {
+                point_multiple: VIRTUAL_NODES_PER_ENDPOINT,
+            },
+        );
+        EndpointSet {
+            upstreams: kept.into_boxed_slice(),
+            counters,
+            by_addr: by_addr.into_boxed_slice(),
+            ring,
+            cursor: AtomicUsize::new(cursor),
+        }
+    }
+
+    /// Builds the set that replaces this one when the ready endpoints change,
+    /// carrying over the in-flight counters (and requests already tracked on
+    /// them) of every endpoint that remains.
+    pub fn rebuild(&self, upstreams: Vec<Upstream>) -> EndpointSet {
+        Self::build(
+            upstreams,
+            |addr| self.index_of(addr).map(|i| Arc::clone(&self.counters[i])),
+            self.cursor.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether `upstreams` describes exactly this set (same addresses and
+    /// names, in any order, duplicates collapsed as [`EndpointSet::new`]
+    /// does), so a periodic refresh can skip the rebuild. No allocation for
+    /// up to 128 endpoints.
+    pub fn same_endpoints(&self, upstreams: &[Upstream]) -> bool {
+        let mut seen = Seen::new(self.len());
+        let mut distinct = 0;
+        for upstream in upstreams {
+            let Some(i) = self.index_of(&upstream.addr) else {
+                return false;
+            };
+            if seen.insert(i) {
+                if self.upstreams[i].name != upstream.name {
+                    return false;
+                }
+                distinct += 1;
+            }
+        }
+        distinct == self.len()
+    }
+
+    /// Number of endpoints.
+    pub fn len(&self) -> usize {
+        self.upstreams.len()
+    }
+
+    /// Whether there is no endpoint, in which case the caller falls back to
+    /// the Service (or queues the request).
+    pub fn is_empty(&self) -> bool {
+        self.upstreams.is_empty()
+    }
+
+    /// The endpoint at `idx`, as returned by [`EndpointSet::select`].
+    ///
+    /// # Panics
+    /// When `idx` is not below [`EndpointSet::len`].
+    pub fn upstream(&self, idx: usize) -> &Upstream {
+        &self.upstreams[idx]
+    }
+
+    /// All endpoints, in index order.
+    pub fn upstreams(&self) -> &[Upstream] {
+        &self.upstreams
+    }
+
+    /// The index of the endpoint with this address, e.g. to exclude a peer
+    /// that just failed when only its address is at hand.
+    pub fn index_of(&self, addr: &SocketAddr) -> Option<usize> {
+        self.by_addr
+            .binary_search_by(|(a, _)| a.cmp(addr))
+            .ok()
+            .map(|pos| self.by_addr[pos].1)
+    }
+
+    /// Requests currently in flight to the endpoint at `idx` (the load that
+    /// least-loaded and bounded-load routing compare).
+    ///
+    /// # Panics
+    /// When `idx` is not below [`EndpointSet::len`].
+    pub fn in_flight(&self, idx: usize) -> usize {
+        self.counters[idx].get()
+    }
+
+    /// Requests currently in flight to all endpoints of the set.
+    pub fn total_in_flight(&self) -> usize {
+        self.counters.iter().map(|c| c.get()).sum()
+    }
+
+    /// Picks the endpoint for one request (or one retry).
+    ///
+    /// - [`Strategy::Default`]: round-robin over the endpoints.
+    /// - [`Strategy::SessionAffinity`] / [`Strategy::Prefix`] with a `key`:
+    ///   the key's pod on the ring, O(log n); with
+    ///   [`RoutingOptions::bounded_load`], walks on along the ring past pods
+    ///   over the load bound. Without a key there is no affinity to keep, so
+    ///   the request is balanced as [`Strategy::LeastLoaded`] rather than
+    ///   sent to an arbitrary pod.
+    /// - [`Strategy::LeastLoaded`]: fewest in-flight requests; ties rotate
+    ///   among the tied pods rather than always favouring the first.
+    ///
+    /// `exclude` lists indices already tried for this request: a retry after
+    /// a connect failure goes to another endpoint (for hash strategies, the
+    /// next distinct pod along the ring, so retries of one key agree).
+    /// Returns `None` when the set is empty or every endpoint is excluded;
+    /// when all pods are over the load bound, the key's first non-excluded pod
+    /// is returned anyway.
+    pub fn select(
+        &self,
+        strategy: Strategy,
+        key: Option<&str>,
+        opts: &RoutingOptions,
+        exclude: &[usize],
+    ) -> Option<usize> {
+        match self.len() {
+            0 => return None,
+            1 => return (!exclude.contains(&0)).then_some(0),
+            _ => {}
+        }
+        match (strategy, key) {
+            (Strategy::Default, _) => self.round_robin(exclude),
+            (Strategy::SessionAffinity | Strategy::Prefix, Some(key)) => {
+                self.hashed(key.as_bytes(), opts, exclude)
+            }
+            (Strategy::LeastLoaded, _) | (Strategy::SessionAffinity | Strategy::Prefix, None) => {
+                self.least_loaded(exclude)
+            }
+        }
+    }
+
+    /// Counts a request as in flight on the endpoint at `idx` until the
+    /// returned guard is dropped. The guard owns its counter, so it can live
+    /// in the per-request context and outlive a rebuild of this set.
+    ///
+    /// # Panics
+    /// When `idx` is not below [`EndpointSet::len`].
+    pub fn track(&self, idx: usize) -> InFlight {
+        let counter = Arc::clone(&self.counters[idx]);
+        counter.0.fetch_add(1, Ordering::Relaxed);
+        InFlight { counter }
+    }
+
+    fn tick(&self) -> usize {
+        self.cursor.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn round_robin(&self, exclude: &[usize]) -> Option<usize> {
+        let n = self.len();
+        let start = self.tick() % n;
+        (0..n)
+            .map(|offset| (start + offset) % n)
+            .find(|i| !exclude.contains(i))
+    }
+
+    fn least_loaded(&self, exclude: &[usize]) -> Option<usize> {
+        let tick = self.tick();
+        let mut min = usize::MAX;
+        let mut ties = 0usize;
+        let mut first = None;
+        for (i, counter) in self.counters.iter().enumerate() {
+            if exclude.contains(&i) {
+                continue;
+            }
+            let load = counter.get();
+            if load < min {
+                min = load;
+                ties = 1;
+                first = Some(i);
+            } else if load == min {
+                ties += 1;
+            }
+        }
+        let first = first?;
+        if ties <= 1 {
+            return Some(first);
+        }
+        // Take the (tick mod ties)-th tied endpoint, so that consecutive picks
+        // cycle through all of them. Loads may have moved since the first
+        // pass; then the first minimum found is as good an answer.
+        let mut wanted = tick % ties;
+        for (i, counter) in self.counters.iter().enumerate().skip(first) {
+            if exclude.contains(&i) || counter.get() != min {
+                continue;
+            }
+            if wanted == 0 {
+                return Some(i);
+            }
+            wanted -= 1;
+        }
+        Some(first)
+    }
+
+    fn hashed(&self, key: &[u8], opts: &RoutingOptions, exclude: &[usize]) -> Option<usize> {
+        let n = self.len();
+        let bound = opts
+            .bounded_load
+            .and_then(|_| opts.load_bound(self.total_in_flight(), n));
+        let usable = |i: usize| !exclude.contains(&i);
+        let within_bound = |i: usize| bound.is_none_or(|b| self.in_flight(i) <= b);
+
+        // The ring holds at most `VIRTUAL_NODES_PER_ENDPOINT * n` points, so
+        // this many steps visit every point, hence every endpoint.
+        let steps = n.saturating_mul(VIRTUAL_NODES_PER_ENDPOINT as usize);
+        let mut points = self
+            .ring
+            .node_iter(key)
+            .take(steps)
+            .filter_map(|addr| self.index_of(addr));
+
+        // Fast path: the key's own pod, with no bookkeeping.
+        let first = points.next()?;
+        if usable(first) && within_bound(first) {
+            return Some(first);
+        }
+        let mut fallback = usable(first).then_some(first);
+        let mut seen = Seen::new(n);
+        seen.insert(first);
+        let mut distinct = 1;
+        for i in points {
+            if !seen.insert(i) {
+                continue;
+            }
+            if usable(i) {
+                if within_bound(i) {
+                    return Some(i);
+                }
+                fallback.get_or_insert(i);
+            }
+            distinct += 1;
+            if distinct == n {
+                break;
+            }
+        }
+        fallback
+    }
+}
+
+impl Default for EndpointSet {
+    /// An empty set: every selection returns `None`.
+    fn default() -> Self {
+        EndpointSet::new(Vec::new())
+    }
+}
+
+impl fmt::Debug for EndpointSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointSet")
+            .field(
+                "endpoints",
+                &self
+                    .upstreams
+                    .iter()
+                    .zip(self.counters.iter())
+                    .map(|(u, c)| (&u.name, c.get()))
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request counted as in flight on one endpoint; the count drops when this
+/// guard does.
+///
+/// Keep it in the per-request context from the moment the peer is chosen
+/// until the request is done (it is `Send + 'static`), so least-loaded and
+/// bounded-load routing see the real load, including while streaming.
+#[derive(Debug)]
+#[must_use = "the request counts as in flight only while the guard is alive"]
+pub struct InFlight {
+    counter: Arc<Counter>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.counter.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A set of endpoint indices, on the stack for up to 128 endpoints.
+enum Seen {
+    Small(u128),
+    Large(Vec<u64>),
+}
+
+impl Seen {
+    fn new(n: usize) -> Self {
+        if n <= 128 {
+            Seen::Small(0)
+        } else {
+            Seen::Large(vec![0; n.div_ceil(64)])
+        }
+    }
+
+    /// Adds `i`; returns whether it was not there yet.
+    fn insert(&mut self, i: usize) -> bool {
+        match self {
+            Seen::Small(word) => {
+                let bit = 1u128 << i;
+                let fresh = *word & bit == 0;
+                *word |= bit;
+                fresh
+            }
+            Seen::Large(words) => {
+                let bit = 1u64 << (i % 64);
+                let word = &mut words[i / 64];
+                let fresh = *word & bit == 0;
+                *word |= bit;
+                fresh
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn pods(n: u8) -> Vec<Upstream> {
+        (1..=n)
+            .map(|i| Upstream::from(SocketAddr::from(([10, 0, 0, i], 8000))))
+            .collect()
+    }
+
+    fn affinity(set: &EndpointSet, key: &str) -> usize {
+        set.select(
+            Strategy::SessionAffinity,
+            Some(key),
+            &RoutingOptions::default(),
+            &[],
+        )
+        .unwrap()
+    }
+
+    fn addr_of(set: &EndpointSet, key: &str) -> SocketAddr {
+        set.upstream(affinity(set, key)).addr
+    }
+
+    #[test]
+    fn empty_set_selects_nothing() {
+        let set = EndpointSet::default();
+        assert!(set.is_empty());
+        for strategy in Strategy::ALL {
+            assert_eq!(
+                set.select(strategy, Some("k"), &RoutingOptions::default(), &[]),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn single_endpoint_is_always_chosen_unless_excluded() {
+        let set = EndpointSet::new(pods(1));
+        for strategy in Strategy::ALL {
+            assert_eq!(
+                set.select(strategy, Some("k"), &RoutingOptions::default(), &[]),
+                Some(0)
+            );
+            assert_eq!(
+                set.select(strategy, Some("k"), &RoutingOptions::default(), &[0]),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn one_session_key_always_hits_one_pod() {
+        let set = EndpointSet::new(pods(4));
+        let first = affinity(&set, "session-abc");
+        for _ in 0..200 {
+            assert_eq!(affinity(&set, "session-abc"), first);
+        }
+        // Prefix uses the same ring.
+        let prefix = set
+            .select(
+                Strategy::Prefix,
+                Some("session-abc"),
+                &RoutingOptions::default(),
+                &[],
+            )
+            .unwrap();
+        assert_eq!(prefix, first);
+    }
+
+    #[test]
+    fn sessions_spread_evenly_over_pods() {
+        let set = EndpointSet::new(pods(4));
+        let mut hits = [0usize; 4];
+        for s in 0..200 {
+            hits[affinity(&set, &format!("session-{s}"))] += 1;
+        }
+        // Within ±50% of the even share of 50.
+        for (pod, &count) in hits.iter().enumerate() {
+            assert!((25..=75).contains(&count), "pod {pod}: {hits:?}");
+        }
+    }
+
+    #[test]
+    fn removing_an_endpoint_remaps_only_its_keys() {
+        let all = pods(5);
+        let before = EndpointSet::new(all.clone());
+        let removed = all[2].addr;
+        let after = before.rebuild(all.iter().filter(|u| u.addr != removed).cloned().collect());
+        let mut moved = 0;
+        for s in 0..2000 {
+            let key = format!("session-{s}");
+            let (was, is) = (addr_of(&before, &key), addr_of(&after, &key));
+            if was == removed {
+                moved += 1;
+                assert_ne!(is, removed);
+            } else {
+                assert_eq!(was, is, "key {key} moved although its pod stayed");
+            }
+        }
+        assert!(moved > 0);
+    }
+
+    #[test]
+    fn adding_an_endpoint_moves_about_one_nth() {
+        let all = pods(5);
+        let before = EndpointSet::new(all[..4].to_vec());
+        let after = before.rebuild(all.clone());
+        let added = all[4].addr;
+        let keys = 2000;
+        let mut moved = 0;
+        for s in 0..keys {
+            let key = format!("session-{s}");
+            let (was, is) = (addr_of(&before, &key), addr_of(&after, &key));
+            if was != is {
+                assert_eq!(is, added, "key {key} moved to an old pod");
+                moved += 1;
+            }
+        }
+        // Ideal is 1/5 = 400 keys; allow the spread of 150 virtual nodes.
+        assert!((200..=600).contains(&moved), "moved {moved} of {keys}");
+    }
+
+    #[test]
+    fn ring_does_not_depend_on_endpoint_order() {
+        let mut all = pods(4);
+        let forward = EndpointSet::new(all.clone());
+        all.reverse();
+        let backward = EndpointSet::new(all);
+        for s in 0..200 {
+            let key = format!("k{s}");
+            assert_eq!(addr_of(&forward, &key), addr_of(&backward, &key));
+        }
+    }
+
+    #[test]
+    fn duplicates_collapse_and_same_endpoints_ignores_order() {
+        let mut list = pods(3);
+        list.push(list[0].clone());
+        let set = EndpointSet::new(list.clone());
+        assert_eq!(set.len(), 3);
+        assert!(set.same_endpoints(&list));
+        let mut reordered = pods(3);
+        reordered.reverse();
+        assert!(set.same_endpoints(&reordered));
+        assert!(!set.same_endpoints(&pods(2)));
+        assert!(!set.same_endpoints(&pods(4)));
+        let mut renamed = pods(3);
+        renamed[1].name = "pod-b".into();
+        assert!(!set.same_endpoints(&renamed));
+        assert!(EndpointSet::default().same_endpoints(&[]));
+    }
+
+    #[test]
+    fn counters_survive_rebuild_for_remaining_endpoints() {
+        let all = pods(3);
+        let set = EndpointSet::new(all.clone());
+        let kept = set.track(0);
+        let _gone = set.track(2);
+        let _kept_too = set.track(0);
+        assert_eq!(set.in_flight(0), 2);
+
+        // Drop pod 3, add pod 4, and reorder: pod 1 keeps its counter.
+        let mut next = pods(4);
+        next.remove(2);
+        next.reverse();
+        let rebuilt = set.rebuild(next);
+        let pod1 = rebuilt.index_of(&all[0].addr).unwrap();
+        let pod4 = rebuilt
+            .index_of(&SocketAddr::from(([10, 0, 0, 4], 8000)))
+            .unwrap();
+        assert_eq!(rebuilt.in_flight(pod1), 2);
+        assert_eq!(rebuilt.in_flight(pod4), 0);
+        assert_eq!(rebuilt.total_in_flight(), 2);
+
+        // A guard taken on the old set still decrements the shared counter.
+        drop(kept);
+        assert_eq!(rebuilt.in_flight(pod1), 1);
+        assert_eq!(set.in_flight(0), 1);
+    }
+
+    #[test]
+    fn endpoint_set_can_be_shared_across_worker_threads() {
+        fn assert_shared<T: Send + Sync + 'static>() {}
+        assert_shared::<EndpointSet>();
+        assert_shared::<Arc<EndpointSet>>();
+        assert_shared::<InFlight>();
+    }
+
+    #[test]
+    fn in_flight_guard_counts_until_dropped() {
+        fn assert_send_static<T: Send + 'static>(_: &T) {}
+        let set = EndpointSet::new(pods(2));
+        let guard = set.track(1);
+        assert_send_static(&guard);
+        assert_eq!(set.in_flight(1), 1);
+        let handle = std::thread::spawn(move || drop(guard));
+        handle.join().unwrap();
+        assert_eq!(set.in_flight(1), 0);
+    }
+
+    #[test]
+    fn least_loaded_avoids_the_busy_pod() {
+        let set = EndpointSet::new(pods(2));
+        let _busy: Vec<_> = (0..10).map(|_| set.track(0)).collect();
+        for _ in 0..20 {
+            assert_eq!(
+                set.select(Strategy::LeastLoaded, None, &RoutingOptions::default(), &[]),
+                Some(1)
+            );
+        }
+    }
+
+    #[test]
+    fn least_loaded_rotates_among_tied_pods() {
+        let set = EndpointSet::new(pods(3));
+        let _busy = set.track(1);
+        let mut hits = HashMap::new();
+        for _ in 0..12 {
+            let pick = set
+                .select(Strategy::LeastLoaded, None, &RoutingOptions::default(), &[])
+                .unwrap();
+            *hits.entry(pick).or_insert(0) += 1;
+        }
+        assert_eq!(hits.get(&1), None, "{hits:?}");
+        assert_eq!(hits.get(&0), Some(&6), "{hits:?}");
+        assert_eq!(hits.get(&2), Some(&6), "{hits:?}");
+    }
+
+    #[test]
+    fn keyless_hash_strategies_balance_like_least_loaded() {
+        let set = EndpointSet::new(pods(2));
+        let _busy: Vec<_> = (0..3).map(|_| set.track(1)).collect();
+        for strategy in [Strategy::SessionAffinity, Strategy::Prefix] {
+            assert_eq!(
+                set.select(strategy, None, &RoutingOptions::default(), &[]),
+                Some(0)
+            );
+        }
+    }
+
+    #[test]
+    fn default_strategy_round_robins() {
+        let set = EndpointSet::new(pods(3));
+        let picks: Vec<_> = (0..6)
+            .map(|_| {
+                set.select(
+                    Strategy::Default,
+                    Some("ignored"),
+                    &RoutingOptions::default(),
+                    &[],
+                )
+                .unwrap()
+            })
+            .collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn exclude_gives_another_pod_for_every_strategy() {
+        let set = EndpointSet::new(pods(4));
+        let opts = RoutingOptions::default();
+        for strategy in Strategy::ALL {
+            for s in 0..50 {
+                let key = format!("k{s}");
+                let first = set.select(strategy, Some(&key), &opts, &[]).unwrap();
+                let second = set.select(strategy, Some(&key), &opts, &[first]).unwrap();
+                assert_ne!(first, second, "{strategy}");
+                let third = set
+                    .select(strategy, Some(&key), &opts, &[first, second])
+                    .unwrap();
+                assert!(third != first && third != second, "{strategy}");
+            }
+            assert_eq!(set.select(strategy, Some("k"), &opts, &[0, 1, 2, 3]), None);
+        }
+    }
+
+    #[test]
+    fn hashed_retry_follows_the_ring_deterministically() {
+        let set = EndpointSet::new(pods(4));
+        let opts = RoutingOptions::default();
+        let first = affinity(&set, "conv-7");
+        let a = set.select(Strategy::SessionAffinity, Some("conv-7"), &opts, &[first]);
+        let b = set.select(Strategy::SessionAffinity, Some("conv-7"), &opts, &[first]);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn bounded_load_diverts_a_hot_key_and_returns() {
+        let set = EndpointSet::new(pods(4));
+        let opts = RoutingOptions::with_bounded_load(1.25);
+        let home = affinity(&set, "hot-prefix");
+        let pick = |set: &EndpointSet| {
+            set.select(Strategy::Prefix, Some("hot-prefix"), &opts, &[])
+                .unwrap()
+        };
+        assert_eq!(pick(&set), home);
+
+        // 10 in flight on the key's pod: bound = ceil(1.25 * 11 / 4) = 4.
+        let hot: Vec<_> = (0..10).map(|_| set.track(home)).collect();
+        let diverted = pick(&set);
+        assert_ne!(diverted, home);
+        // The diversion is the next pod along the ring, the same as a retry.
+        assert_eq!(
+            Some(diverted),
+            set.select(
+                Strategy::Prefix,
+                Some("hot-prefix"),
+                &RoutingOptions::default(),
+                &[home]
+            )
+        );
+        // Without bounded load the key stays put.
+        assert_eq!(
+            set.select(
+                Strategy::Prefix,
+                Some("hot-prefix"),
+                &RoutingOptions::default(),
+                &[]
+            ),
+            Some(home)
+        );
+
+        drop(hot);
+        assert_eq!(pick(&set), home);
+
+        // At the bound, not over it, the key stays home:
+        // 1 in flight, bound = ceil(1.25 * 2 / 4) = 1.
+        let one = set.track(home);
+        assert_eq!(pick(&set), home);
+        // 2 in flight, bound = ceil(1.25 * 3 / 4) = 1: over it, diverted.
+        let two = set.track(home);
+        assert_ne!(pick(&set), home);
+        drop((one, two));
+    }
+
+    #[test]
+    fn bounded_load_with_every_other_pod_excluded_still_answers() {
+        let set = EndpointSet::new(pods(3));
+        let opts = RoutingOptions::with_bounded_load(1.0);
+        let home = affinity(&set, "k");
+        let _hot: Vec<_> = (0..10).map(|_| set.track(home)).collect();
+        let others: Vec<usize> = (0..3).filter(|&i| i != home).collect();
+        assert_eq!(
+            set.select(Strategy::Prefix, Some("k"), &opts, &others),
+            Some(home)
+        );
+    }
+
+    #[test]
+    fn large_sets_work_beyond_the_inline_seen_set() {
+        let list: Vec<Upstream> = (0..300u16)
+            .map(|i| Upstream::from(SocketAddr::from(([10, 1, (i / 256) as u8, i as u8], 8000))))
+            .collect();
+        let set = EndpointSet::new(list.clone());
+        assert_eq!(set.len(), 300);
+        assert!(set.same_endpoints(&list));
+        let opts = RoutingOptions::with_bounded_load(1.25);
+        let home = affinity(&set, "k");
+        let _hot: Vec<_> = (0..50).map(|_| set.track(home)).collect();
+        let pick = set.select(Strategy::Prefix, Some("k"), &opts, &[]).unwrap();
+        assert_ne!(pick, home);
+        let all_but_one: Vec<usize> = (1..300).collect();
+        assert_eq!(
+            set.select(
+                Strategy::Prefix,
+                Some("k"),
+                &RoutingOptions::default(),
+                &all_but_one
+            ),
+            Some(0)
+        );
+    }
+
+    mod properties {
+        use super::*;
+        use crate::routing::Strategy;
+        use proptest::prelude::*;
+
+        fn set_of(n: u8) -> EndpointSet {
+            EndpointSet::new(pods(n))
+        }
+
+        proptest! {
+            #[test]
+            fn removal_moves_only_the_removed_pods_keys(
+                n in 2u8..9,
+                removed in 0usize..8,
+                keys in prop::collection::vec(".{0,24}", 1..64),
+            ) {
+                let removed = removed % usize::from(n);
+                let before = set_of(n);
+                let gone = before.upstream(removed).addr;
+                let after = before.rebuild(pods(n).into_iter().filter(|u| u.addr != gone).collect());
+                for key in &keys {
+                    let was = addr_of(&before, key);
+                    if was != gone {
+                        prop_assert_eq!(addr_of(&after, key), was);
+                    }
+                }
+            }
+
+            #[test]
+            fn select_respects_exclude_and_finds_any_remaining_pod(
+                n in 1u8..7,
+                exclude in prop::collection::vec(0usize..7, 0..7),
+                loads in prop::collection::vec(0usize..20, 7),
+                key in prop::option::of(".{0,16}"),
+                factor in prop::option::of(0.5f64..3.0),
+                strategy in prop::sample::select(Strategy::ALL.to_vec()),
+            ) {
+                let set = set_of(n);
+                let _guards: Vec<InFlight> = (0..set.len())
+                    .flat_map(|i| (0..loads[i]).map(move |_| i))
+                    .map(|i| set.track(i))
+                    .collect();
+                let opts = RoutingOptions { bounded_load: factor };
+                let pick = set.select(strategy, key.as_deref(), &opts, &exclude);
+                let any_left = (0..set.len()).any(|i| !exclude.contains(&i));
+                prop_assert_eq!(pick.is_some(), any_left);
+                if let Some(i) = pick {
+                    prop_assert!(i < set.len() && !exclude.contains(&i));
+                }
+                if strategy == Strategy::LeastLoaded {
+                    if let Some(i) = pick {
+                        let min = (0..set.len())
+                            .filter(|j| !exclude.contains(j))
+                            .map(|j| set.in_flight(j))
+                            .min();
+                        prop_assert_eq!(Some(set.in_flight(i)), min);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Routing: which ready pod serves a request.
+//!
+//! Pure decision code, with no I/O, so every rule is unit-tested here and
+//! the proxy's `upstream_peer` phase stays a few lines:
+//!
+//! 1. The model's [`Strategy`] and [`RoutingOptions`] come from its config,
+//!    validated when the config is loaded.
+//! 2. [`routing_key`] derives the request's key ([`session_key`] or
+//!    [`prefix_key`]) from headers and the [`RoutingInputs`] that model
+//!    extraction already borrowed from the body; [`KeySource`] labels it for
+//!    metrics.
+//! 3. [`EndpointSet::select`] picks the pod (ketama ring for keys,
+//!    round-robin or least-loaded otherwise), skipping pods already tried,
+//!    and [`EndpointSet::track`] counts the request as in flight until its
+//!    [`InFlight`] guard drops.
+//!
+//! An [`EndpointSet`] is immutable and rebuilt only when the ready endpoints
+//! change, keeping the in-flight counts of pods that stay.
+
+#![warn(missing_docs)]
+
+mod endpoints;
+mod keys;
+mod messages;
+mod strategy;
+mod text;
+
+pub use endpoints::{EndpointSet, InFlight, Upstream, MAX_ENDPOINTS, VIRTUAL_NODES_PER_ENDPOINT};
+pub use keys::{
+    document_text, prefix_key, prefix_key_with_limits, session_key, KeyLimits, KeySource,
+    RoutingInputs, CACHE_KEY_HEADER, CONVERSATION_ID_HEADER, DEFAULT_DOCUMENT_SEGMENT_MAX_LEN,
+    DEFAULT_EXPLICIT_KEY_MAX_LEN, DEFAULT_FIRST_TURN_MAX_LEN, DEFAULT_SYSTEM_SEGMENT_MAX_LEN,
+    MAX_SYSTEM_SEGMENTS, SESSION_HASH_MESSAGES, SESSION_HASH_MESSAGE_BYTES, SESSION_ID_HEADER,
+};
+pub use strategy::{ParseStrategyError, RoutingOptions, Strategy, DEFAULT_BOUNDED_LOAD_FACTOR};
+
+use http::HeaderMap;
+
+/// The routing key a strategy uses, if any: the session key for
+/// session-affinity, the prefix key for prefix, and nothing (without reading
+/// the body) for the others. `None` means "no affinity", which
+/// [`EndpointSet::select`] balances by load; report it as [`KeySource::None`].
+pub fn routing_key(
+    strategy: Strategy,
+    headers: &HeaderMap,
+    body: &RoutingInputs<'_>,
+    limits: &KeyLimits,
+) -> Option<(String, KeySource)> {
+    match strategy {
+        Strategy::SessionAffinity => session_key(headers, body),
+        Strategy::Prefix => prefix_key_with_limits(headers, body, limits),
+        Strategy::Default | Strategy::LeastLoaded => None,
+    }
+}

@@ -1,0 +1,293 @@
+//! Assembles the Pingora server: proxy service, admin service, model-file
+//! reloader and shutdown handling.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use http::Response;
+use pingora_core::apps::http_app::{HttpServer, ServeHttp};
+use pingora_core::protocols::http::ServerSession;
+use pingora_core::server::configuration::ServerConf;
+use pingora_core::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch};
+use pingora_core::services::background::{background_service, BackgroundService};
+use pingora_core::services::listening::Service;
+use tokio::sync::Notify;
+
+use crate::auth::Auth;
+use crate::cli::Cli;
+use crate::metrics::Metrics;
+use crate::proxy::{Gateway, ProxySettings};
+use crate::ratelimit::{LimitSettings, RouteLimiter};
+use crate::registry::FileRegistry;
+
+/// A configured gateway, ready to run.
+pub struct GatewayServer {
+    server: Server,
+    draining: Arc<AtomicBool>,
+    drain_delay: Duration,
+    /// The model registry the proxy reads.
+    pub registry: Arc<FileRegistry>,
+    /// The metrics the proxy records.
+    pub metrics: Metrics,
+}
+
+/// Builds everything from the command line; fails on invalid settings or model file.
+pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
+    cli.validate().map_err(|e| anyhow::anyhow!(e))?;
+    let limits = LimitSettings::new(
+        cli.rate_limit_enabled,
+        (cli.rate_limit_global, cli.rate_limit_global_burst),
+        (cli.rate_limit_per_model, cli.rate_limit_burst),
+    );
+    let registry = Arc::new(FileRegistry::load(&cli.config, limits)?);
+    let auth = if cli.auth_enabled {
+        let mut tokens: Vec<String> = cli
+            .auth_token
+            .split(',')
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        if let Some(path) = &cli.auth_token_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            tokens.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(String::from),
+            );
+        }
+        let auth = Auth::new(tokens);
+        anyhow::ensure!(!auth.is_empty(), "auth is enabled but no API key was given");
+        Some(auth)
+    } else {
+        None
+    };
+    let global_limiter = if limits.enabled {
+        limits.global.and_then(RouteLimiter::new)
+    } else {
+        None
+    };
+    let metrics = Metrics::new();
+    let draining = Arc::new(AtomicBool::new(false));
+    let settings = ProxySettings {
+        max_body_bytes: cli.max_body_bytes,
+        connect_timeout: cli.upstream_connect_timeout,
+        read_timeout: cli.upstream_read_timeout,
+        max_attempts: cli.attempts(),
+        routing_enabled: cli.routing_enabled,
+        key_limits: crate::routing::KeyLimits::DEFAULT,
+    };
+
+    let threads = if cli.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        cli.threads
+    };
+    let conf = ServerConf {
+        threads,
+        // Draining is handled by our own signal watch (drain delay first),
+        // so Pingora closes listeners at once when told to stop.
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(cli.graceful_shutdown_timeout.as_secs()),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let gateway = Gateway::new(
+        registry.clone(),
+        auth,
+        global_limiter,
+        metrics.clone(),
+        settings,
+        draining.clone(),
+    );
+    let mut proxy = pingora_proxy::http_proxy_service_with_name(
+        &server.configuration,
+        gateway,
+        "flexinfer-gateway",
+    );
+    proxy.add_tcp(&cli.listen);
+    server.add_service(proxy);
+
+    if let Some(addr) = &cli.metrics_listen {
+        let admin = AdminApp {
+            metrics: metrics.clone(),
+            draining: draining.clone(),
+        };
+        let mut svc = Service::new("flexinfer-admin".to_string(), HttpServer::new_app(admin));
+        svc.add_tcp(addr);
+        server.add_service(svc);
+    }
+
+    let reloader = Reloader {
+        registry: registry.clone(),
+        metrics: metrics.clone(),
+        interval: cli.reload_interval,
+    };
+    server.add_service(background_service("model-file reloader", reloader));
+
+    Ok(GatewayServer {
+        server,
+        draining,
+        drain_delay: cli.shutdown_drain_delay,
+        registry,
+        metrics,
+    })
+}
+
+impl GatewayServer {
+    /// Runs until SIGTERM (graceful, after the drain delay) or SIGINT (fast).
+    pub fn run(self) {
+        let watch = SignalWatch {
+            draining: self.draining.clone(),
+            drain_delay: self.drain_delay,
+            stop: None,
+        };
+        self.run_with(watch);
+    }
+
+    /// Runs until `stop` is notified (used by tests), or a signal arrives.
+    pub fn run_until(self, stop: Arc<Notify>) {
+        let watch = SignalWatch {
+            draining: self.draining.clone(),
+            drain_delay: self.drain_delay,
+            stop: Some(stop),
+        };
+        self.run_with(watch);
+    }
+
+    fn run_with(self, watch: SignalWatch) {
+        self.server.run(RunArgs {
+            shutdown_signal: Box::new(watch),
+        });
+    }
+}
+
+/// Turns signals into Pingora shutdown requests, flipping `/readyz` to 503
+/// and waiting the drain delay before a graceful stop.
+struct SignalWatch {
+    draining: Arc<AtomicBool>,
+    drain_delay: Duration,
+    stop: Option<Arc<Notify>>,
+}
+
+#[async_trait]
+impl ShutdownSignalWatch for SignalWatch {
+    async fn recv(&self) -> ShutdownSignal {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            std::future::pending::<()>().await;
+            return ShutdownSignal::FastShutdown;
+        };
+        let stop = self.stop.clone();
+        let test_stop = async move {
+            match stop {
+                Some(n) => n.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = int.recv() => ShutdownSignal::FastShutdown,
+            _ = term.recv() => {
+                self.draining.store(true, Ordering::SeqCst);
+                tracing::info!(delay = ?self.drain_delay, "SIGTERM: draining before shutdown");
+                tokio::time::sleep(self.drain_delay).await;
+                ShutdownSignal::GracefulTerminate
+            }
+            _ = test_stop => ShutdownSignal::FastShutdown,
+        }
+    }
+}
+
+/// `/metrics`, `/healthz` and `/readyz` on the admin address.
+struct AdminApp {
+    metrics: Metrics,
+    draining: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl ServeHttp for AdminApp {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let path = session.req_header().uri.path().to_string();
+        let (status, content_type, body) = match path.as_str() {
+            "/metrics" => (200, "text/plain; version=0.0.4", self.metrics.render()),
+            "/healthz" => (200, "text/plain", b"ok".to_vec()),
+            "/readyz" if self.draining.load(Ordering::Relaxed) => {
+                (503, "text/plain", b"draining".to_vec())
+            }
+            "/readyz" => (200, "text/plain", b"ok".to_vec()),
+            _ => (404, "text/plain", b"not found".to_vec()),
+        };
+        Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header(http::header::CONTENT_LENGTH, body.len())
+            .body(body)
+            .unwrap_or_default()
+    }
+}
+
+/// Reloads the model file when its modification time changes or on SIGHUP.
+struct Reloader {
+    registry: Arc<FileRegistry>,
+    metrics: Metrics,
+    interval: Duration,
+}
+
+impl Reloader {
+    fn modified(&self) -> Option<SystemTime> {
+        let path = self.registry.path()?;
+        std::fs::metadata(path).and_then(|m| m.modified()).ok()
+    }
+
+    fn reload(&self, why: &str) {
+        match self.registry.reload() {
+            Ok(n) => {
+                self.metrics.reloads.with_label_values(&["success"]).inc();
+                tracing::info!(models = n, trigger = why, "model file reloaded");
+            }
+            Err(e) => {
+                self.metrics.reloads.with_label_values(&["error"]).inc();
+                tracing::error!(error = %e, trigger = why, "model file reload failed; keeping the previous models");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for Reloader {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = signal(SignalKind::hangup()).ok();
+        let mut last = self.modified();
+        let mut tick = tokio::time::interval(self.interval.max(Duration::from_millis(100)));
+        loop {
+            let hup_recv = async {
+                match hup.as_mut() {
+                    Some(h) => {
+                        h.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = hup_recv => self.reload("SIGHUP"),
+                _ = tick.tick() => {
+                    let now = self.modified();
+                    if now != last {
+                        last = now;
+                        self.reload("file change");
+                    }
+                }
+            }
+        }
+    }
+}

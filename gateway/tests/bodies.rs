@@ -1,0 +1,179 @@
+//! Buffered request bodies: large JSON bodies route and are rewritten
+//! intact, bodies over the limit get a quick 413, and a client that waits
+//! for `100 Continue` is told to go on.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{endpoints, last_recorded, pod, post_json, sha256_hex, Gateway};
+
+/// A chat body of exactly `len` bytes naming `model`, its content one long
+/// word (the simulator counts words as prompt tokens).
+fn sized_chat(model: &str, len: usize) -> String {
+    let head = format!(r#"{{"model":"{model}","max_tokens":1,"messages":[{{"role":"user","content":""#);
+    let tail = r#""}]}"#;
+    let filler = len - head.len() - tail.len();
+    let word: String = "0123456789abcdefghijklmnopqrstuvwxyz"
+        .chars()
+        .cycle()
+        .take(filler)
+        .collect();
+    let body = format!("{head}{word}{tail}");
+    assert_eq!(body.len(), len);
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_and_ten_mib_json_bodies_route_and_rewrite() {
+    let big = pod("pod-big", &["big-backend"], &[]);
+    let small = pod("pod-small", &["small"], &[]);
+    let yaml = format!(
+        "models:\n- name: big\n  backendModel: big-backend\n  endpoints: {}\n\
+         - name: small\n  endpoints: {}\n",
+        endpoints(&[&big]),
+        endpoints(&[&small])
+    );
+    let gw = Gateway::start(&yaml, &[]);
+
+    for len in [1024 * 1024, 10 * 1024 * 1024] {
+        let body = sized_chat("big", len);
+        let expected = body.replacen("\"big\"", "\"big-backend\"", 1);
+        let started = Instant::now();
+        let resp = post_json(&gw.url("/v1/chat/completions"), body.as_bytes(), &[]).await;
+        assert_eq!(resp.status(), 200, "{len} bytes: {:?}", resp.text().await);
+        assert_eq!(support::served_by(&resp), "pod-big");
+        println!("{len} bytes through the gateway in {:?}", started.elapsed());
+        let seen = last_recorded(&big).await;
+        assert_eq!(seen["model"], "big-backend");
+        assert_eq!(seen["body_len"], expected.len());
+        assert_eq!(seen["body_sha256"], sha256_hex(expected.as_bytes()));
+    }
+    assert!(support::recorded(&small).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_body_over_the_limit_is_refused_at_once() {
+    let sim = pod("pod-a", &["m"], &[]);
+    let yaml = format!("models:\n- name: m\n  endpoints: {}\n", endpoints(&[&sim]));
+    // The default limit, 16 MiB.
+    let gw = Gateway::start(&yaml, &[]);
+
+    // 17 MiB announced; only the first bytes are sent. The answer must not
+    // wait for the rest.
+    let declared = 17 * 1024 * 1024;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {declared}\r\n\r\n{{\"model\":\"m\",\"messages\":["
+    );
+    let started = Instant::now();
+    let answer =
+        support::raw_exchange(gw.addr, head.as_bytes(), "}}", Duration::from_secs(5)).await;
+    let took = started.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        took < Duration::from_secs(1),
+        "413 took {took:?} for a declared length"
+    );
+    let lower = answer.to_ascii_lowercase();
+    assert!(lower.contains("content-type: application/json"), "{answer}");
+    assert!(lower.contains("connection: close"), "{answer}");
+    let json = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    let body: serde_json::Value = serde_json::from_str(json.trim()).expect("JSON error body");
+    support::assert_openai_error(&body, "request_too_large");
+    assert!(support::recorded(&sim).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_body_over_the_limit_is_413_and_the_limit_itself_passes() {
+    let sim = pod("pod-a", &["m"], &[]);
+    let yaml = format!("models:\n- name: m\n  endpoints: {}\n", endpoints(&[&sim]));
+    let limit = 64 * 1024;
+    let gw = Gateway::start(&yaml, &["--max-body-bytes", &limit.to_string()]);
+
+    // Exactly at the limit: accepted, chunked or not.
+    let body = sized_chat("m", limit);
+    let resp = post_json(&gw.url("/v1/chat/completions"), body.as_bytes(), &[]).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(last_recorded(&sim).await["body_len"], limit);
+    let stream = futures::stream::iter(
+        body.as_bytes()
+            .chunks(10_000)
+            .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+            .collect::<Vec<_>>(),
+    );
+    let resp = support::client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(stream))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let seen = last_recorded(&sim).await;
+    assert_eq!(seen["body_len"], limit);
+    assert_eq!(seen["headers"]["content-length"], limit.to_string());
+    assert!(seen["headers"].get("transfer-encoding").is_none(), "{seen}");
+
+    // One byte more, without a declared length: 413 once the limit is passed.
+    let over = sized_chat("m", limit + 1);
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{over}\r\n",
+        over.len()
+    );
+    let answer =
+        support::raw_exchange(gw.addr, request.as_bytes(), "}}", Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("\"code\":\"request_too_large\""), "{answer}");
+    assert_eq!(support::recorded(&sim).await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue_is_answered_before_the_body_is_sent() {
+    let sim = pod("pod-a", &["m-backend"], &[]);
+    let yaml = format!(
+        "models:\n- name: m\n  backendModel: m-backend\n  endpoints: {}\n",
+        endpoints(&[&sim])
+    );
+    let gw = Gateway::start(&yaml, &[]);
+    let body = sized_chat("m", 2 * 1024 * 1024);
+
+    // curl sends `Expect: 100-continue` with large bodies and waits (1 s by
+    // default) for the interim answer before uploading.
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut s, head.as_bytes())
+        .await
+        .unwrap();
+    let interim = support::read_until(&mut s, "\r\n\r\n", Duration::from_millis(900)).await;
+    assert!(
+        interim.starts_with("HTTP/1.1 100"),
+        "no 100 Continue before the body: {interim:?}"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut s, body.as_bytes())
+        .await
+        .unwrap();
+    let rest = support::read_until(&mut s, "\u{0}", Duration::from_secs(20)).await;
+    let answer = format!("{interim}{rest}");
+    assert_eq!(
+        answer.matches("100 Continue").count(),
+        1,
+        "one interim answer only: {answer}"
+    );
+    assert!(
+        rest.starts_with("HTTP/1.1 200"),
+        "{}",
+        &rest[..rest.len().min(300)]
+    );
+    let seen = last_recorded(&sim).await;
+    assert_eq!(seen["model"], "m-backend");
+    assert!(
+        seen["headers"].get("expect").is_none(),
+        "the gateway already has the body; the backend must not be asked: {seen}"
+    );
+}

@@ -1,0 +1,89 @@
+//! The phase of a local model as waiters and the admin API see it.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::SystemTime;
+
+/// Lifecycle phase of a local model.
+///
+/// Waiters keep waiting through `Idle`, `Loading` and `Stopping`; `Ready`
+/// means the endpoint serves, and `Failed` means nothing more happens until
+/// the next activation (models that must always run are retried on their own
+/// after the backoff).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// No process: never started, stopped for idleness, preempted in its
+    /// shared group, or waiting for a retry or for the group's GPU.
+    Idle,
+    /// The process runs and its health path does not answer 2xx yet.
+    Loading,
+    /// The process answers its health path.
+    Ready,
+    /// The process was asked to exit and has not yet.
+    Stopping,
+    /// The process could not start, crashed, or was not healthy in time.
+    Failed,
+}
+
+impl Phase {
+    /// The name used in status reports (`"Idle"`, `"Loading"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Idle => "Idle",
+            Phase::Loading => "Loading",
+            Phase::Ready => "Ready",
+            Phase::Stopping => "Stopping",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a waiter learns from a model's watch channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelStatus {
+    /// Current phase.
+    pub phase: Phase,
+    /// `127.0.0.1:<port>` while `Ready`, otherwise `None`.
+    pub endpoint: Option<SocketAddr>,
+    /// Why the model is in this phase: for `Failed`, the exit status and the
+    /// last stderr lines (or the start error); for `Idle`, what it waits for.
+    pub message: Option<String>,
+    /// When the phase last changed.
+    pub since: SystemTime,
+}
+
+impl ModelStatus {
+    /// The status of a model that never ran.
+    pub fn idle(since: SystemTime) -> Self {
+        Self {
+            phase: Phase::Idle,
+            endpoint: None,
+            message: None,
+            since,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_names() {
+        let all = [
+            Phase::Idle,
+            Phase::Loading,
+            Phase::Ready,
+            Phase::Stopping,
+            Phase::Failed,
+        ];
+        let names: Vec<_> = all.iter().map(|p| p.to_string()).collect();
+        assert_eq!(names, ["Idle", "Loading", "Ready", "Stopping", "Failed"]);
+    }
+}

@@ -1,0 +1,825 @@
+//! The supervisor: one task that owns every local model's process and makes
+//! every decision about it, so that starts, stops and swaps never race.
+//!
+//! Callers (on any runtime or thread) talk to it through an unbounded
+//! channel of [`Command`]s; children report health and exits through an
+//! internal channel. After each message, and at least once per tick, the
+//! supervisor re-applies the policies to the whole state (idempotently) and
+//! publishes every model's status on its watch channel.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::policy::replicas::desired_replicas;
+use crate::policy::shared_gpu::{Demand, SharedMember};
+use crate::policy::since;
+
+use super::group::SharedGroup;
+use super::health;
+use super::process::{ChildProcess, ExitReport};
+use super::report::{ActuatorReport, ModelReport};
+use super::spec::{ActuatorConfig, LocalModelSpec};
+use super::status::{ModelStatus, Phase};
+
+/// Longest wait the supervisor schedules (keeps `Instant` arithmetic finite).
+const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// State the handles read without asking the supervisor.
+pub(crate) struct Shared {
+    /// Model name → index into `cells` (and the supervisor's models).
+    pub index: HashMap<String, usize>,
+    /// Per-model status channel and activity time.
+    pub cells: Vec<ModelCell>,
+    /// The latest report, replaced after every supervisor step.
+    pub report: watch::Sender<ActuatorReport>,
+    /// `true` until the supervisor has stopped every child and exited.
+    pub running: watch::Sender<bool>,
+}
+
+/// What handles share with the supervisor about one model.
+pub(crate) struct ModelCell {
+    /// Status published by the supervisor.
+    pub status: watch::Sender<ModelStatus>,
+    /// Latest activity, in milliseconds since the Unix epoch (0: never).
+    last_active: AtomicU64,
+}
+
+impl ModelCell {
+    /// Records activity at `at` (never moves backwards).
+    pub fn touch(&self, at: SystemTime) {
+        let millis = at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .max(1);
+        self.last_active.fetch_max(millis, Ordering::Relaxed);
+    }
+
+    /// Latest activity.
+    pub fn last_active(&self) -> Option<SystemTime> {
+        match self.last_active.load(Ordering::Relaxed) {
+            0 => None,
+            millis => UNIX_EPOCH.checked_add(Duration::from_millis(millis)),
+        }
+    }
+}
+
+/// A request from a handle.
+pub(crate) enum Command {
+    /// Demand for a model: start it (or retry it) as the policies allow.
+    /// `ack` is answered once the resulting status is published.
+    Activate {
+        model: usize,
+        at: SystemTime,
+        ack: Option<oneshot::Sender<()>>,
+    },
+    /// Requests queued for a model, as the gateway counts them.
+    Demand {
+        model: usize,
+        queued: u32,
+        at: SystemTime,
+    },
+    /// Stop every child, then exit; `done` is answered at the end.
+    Shutdown { done: oneshot::Sender<()> },
+}
+
+/// A report from a child's supervising tasks.
+enum Event {
+    Healthy {
+        model: usize,
+        run: u64,
+    },
+    Exited {
+        model: usize,
+        run: u64,
+        report: ExitReport,
+    },
+}
+
+/// Why a child is being stopped.
+enum StopReason {
+    Idle,
+    Preempted { group: String, by: Option<String> },
+    StartupTimeout,
+    Shutdown,
+}
+
+impl StopReason {
+    /// The status message while stopping and after.
+    fn describe(&self, spec: &LocalModelSpec) -> String {
+        match self {
+            StopReason::Idle => format!(
+                "stopped after {:?} without requests",
+                spec.serverless.idle_timeout
+            ),
+            StopReason::Preempted {
+                group,
+                by: Some(by),
+            } => {
+                format!("preempted by {by} in shared group {group}")
+            }
+            StopReason::Preempted { group, by: None } => {
+                format!("stopped: shared group {group} has no leader")
+            }
+            StopReason::StartupTimeout => {
+                format!("not healthy within {:?}", spec.startup_timeout)
+            }
+            StopReason::Shutdown => "stopped: the local actuator shut down".into(),
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StopReason::Idle => "idle",
+            StopReason::Preempted { .. } => "preempted",
+            StopReason::StartupTimeout => "startup timeout",
+            StopReason::Shutdown => "shutdown",
+        })
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The process side of a model. Every variant but `Stopped` owns a child;
+/// `run` tells its reports apart from those of earlier children.
+enum Run {
+    Stopped,
+    Starting {
+        child: ChildProcess,
+        run: u64,
+        deadline: Instant,
+        _health: AbortOnDrop,
+    },
+    Ready {
+        child: ChildProcess,
+        run: u64,
+    },
+    Stopping {
+        child: ChildProcess,
+        run: u64,
+        reason: StopReason,
+    },
+}
+
+impl Run {
+    fn has_process(&self) -> bool {
+        !matches!(self, Run::Stopped)
+    }
+
+    fn run_id(&self) -> Option<u64> {
+        match self {
+            Run::Stopped => None,
+            Run::Starting { run, .. } | Run::Ready { run, .. } | Run::Stopping { run, .. } => {
+                Some(*run)
+            }
+        }
+    }
+
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Run::Stopped => None,
+            Run::Starting { child, .. }
+            | Run::Ready { child, .. }
+            | Run::Stopping { child, .. } => Some(child.pid()),
+        }
+    }
+}
+
+/// Everything the supervisor knows about one model.
+struct Model {
+    spec: LocalModelSpec,
+    endpoint: SocketAddr,
+    group: Option<usize>,
+    run: Run,
+    /// An activation is waiting to be satisfied (cleared on Ready or failure).
+    pending: bool,
+    /// Requests waiting, as reported (or implied by an activation in a group).
+    demand: Option<Demand>,
+    /// Set while `Failed`.
+    failure: Option<String>,
+    /// The failure an activation cleared, for the message while retrying.
+    last_failure: Option<String>,
+    consecutive_failures: u32,
+    /// No start before this (backoff after a failure).
+    retry_at: Option<Instant>,
+    /// Why the last child stopped, for the `Idle` message.
+    stopped_because: Option<String>,
+    starts: u64,
+    failures: u64,
+}
+
+/// What one step decides for one model.
+enum Action {
+    Nothing,
+    Start,
+    Stop(StopReason),
+}
+
+/// The supervisor task's state.
+pub(crate) struct Supervisor {
+    shared: Arc<Shared>,
+    config: ActuatorConfig,
+    models: Vec<Model>,
+    groups: Vec<SharedGroup>,
+    events: mpsc::UnboundedSender<Event>,
+    next_run: u64,
+    acks: Vec<oneshot::Sender<()>>,
+    shutting_down: bool,
+}
+
+/// Builds the supervisor for validated `specs` and spawns it on `runtime`.
+/// Returns what the handle needs: the shared state and the command sender.
+pub(crate) fn spawn(
+    specs: Vec<LocalModelSpec>,
+    config: ActuatorConfig,
+    runtime: &tokio::runtime::Handle,
+) -> (Arc<Shared>, mpsc::UnboundedSender<Command>) {
+    let boot = SystemTime::now();
+    let mut groups: Vec<SharedGroup> = Vec::new();
+    let mut models = Vec::with_capacity(specs.len());
+    let mut cells = Vec::with_capacity(specs.len());
+    let mut index = HashMap::with_capacity(specs.len());
+    for (idx, spec) in specs.into_iter().enumerate() {
+        let group = spec.shared_group.as_ref().map(|name| {
+            let g = match groups.iter().position(|g| &g.name == name) {
+                Some(g) => g,
+                None => {
+                    groups.push(SharedGroup::new(name.clone()));
+                    groups.len() - 1
+                }
+            };
+            groups[g].members.push(idx);
+            g
+        });
+        // A member that must always run asks for its group's GPU at boot.
+        let boot_demand = group.is_some() && spec.always_on();
+        index.insert(spec.name.clone(), idx);
+        cells.push(ModelCell {
+            status: watch::Sender::new(ModelStatus::idle(boot)),
+            last_active: AtomicU64::new(0),
+        });
+        models.push(Model {
+            endpoint: SocketAddr::from((Ipv4Addr::LOCALHOST, spec.port)),
+            spec,
+            group,
+            run: Run::Stopped,
+            pending: boot_demand,
+            demand: boot_demand.then_some(Demand { depth: 1, at: boot }),
+            failure: None,
+            last_failure: None,
+            consecutive_failures: 0,
+            retry_at: None,
+            stopped_because: None,
+            starts: 0,
+            failures: 0,
+        });
+    }
+    let shared = Arc::new(Shared {
+        index,
+        cells,
+        report: watch::Sender::new(ActuatorReport::default()),
+        running: watch::Sender::new(true),
+    });
+    let (events, events_rx) = mpsc::unbounded_channel();
+    let (commands, commands_rx) = mpsc::unbounded_channel();
+    let supervisor = Supervisor {
+        shared: shared.clone(),
+        config,
+        models,
+        groups,
+        events,
+        next_run: 0,
+        acks: Vec::new(),
+        shutting_down: false,
+    };
+    runtime.spawn(supervisor.run(commands_rx, events_rx));
+    (shared, commands)
+}
+
+impl Supervisor {
+    /// The supervisor loop: apply the policies, publish, wait for the next
+    /// message, tick or deadline. Ends after a shutdown (requested, or all
+    /// handles dropped) once every child has exited.
+    async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut events: mpsc::UnboundedReceiver<Event>,
+    ) {
+        let mut done = Vec::new();
+        let mut commands_open = true;
+        loop {
+            let now = SystemTime::now();
+            let instant = Instant::now();
+            self.reconcile(now, instant);
+            self.publish(now, instant);
+            if self.shutting_down && self.models.iter().all(|m| !m.run.has_process()) {
+                break;
+            }
+            let tick = after(instant, self.config.tick);
+            let wake = self.next_deadline(instant).map_or(tick, |d| d.min(tick));
+            tokio::select! {
+                command = commands.recv(), if commands_open => match command {
+                    Some(Command::Shutdown { done: finished }) => {
+                        done.push(finished);
+                        self.shutting_down = true;
+                    }
+                    Some(command) => self.handle(command),
+                    None => {
+                        commands_open = false;
+                        self.shutting_down = true;
+                    }
+                },
+                Some(event) = events.recv() => self.on_event(event, Instant::now()),
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+        tracing::info!("local actuator stopped");
+        self.shared.running.send_replace(false);
+        for finished in done {
+            let _ = finished.send(());
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Activate { model, at, ack } => {
+                if !self.shutting_down {
+                    self.activate(model, at);
+                }
+                if let Some(ack) = ack {
+                    self.acks.push(ack);
+                }
+            }
+            Command::Demand { model, queued, at } => {
+                let Some(m) = self.models.get_mut(model) else {
+                    return;
+                };
+                m.demand = match (queued, m.demand) {
+                    (0, _) => None,
+                    (queued, Some(d)) if queued <= d.depth => Some(Demand { depth: queued, ..d }),
+                    (depth, _) => Some(Demand { depth, at }),
+                };
+            }
+            Command::Shutdown { .. } => {}
+        }
+    }
+
+    /// Records an activation: a failed model gets another try (after its
+    /// backoff), and in a shared group the request counts as demand.
+    fn activate(&mut self, model: usize, at: SystemTime) {
+        let Some(m) = self.models.get_mut(model) else {
+            return;
+        };
+        if let Some(failure) = m.failure.take() {
+            m.last_failure = Some(failure);
+        }
+        if !matches!(m.run, Run::Ready { .. }) {
+            m.pending = true;
+        }
+        if m.group.is_some() {
+            m.demand = Some(match m.demand {
+                Some(d) => Demand {
+                    depth: d.depth.max(1),
+                    at: d.at.max(at),
+                },
+                None => Demand { depth: 1, at },
+            });
+        }
+    }
+
+    fn on_event(&mut self, event: Event, instant: Instant) {
+        match event {
+            Event::Healthy { model, run } => {
+                let Some(m) = self.models.get_mut(model) else {
+                    return;
+                };
+                m.run = match std::mem::replace(&mut m.run, Run::Stopped) {
+                    Run::Starting { child, run: r, .. } if r == run => {
+                        tracing::info!(model = %m.spec.name, pid = child.pid(), endpoint = %m.endpoint, "model server ready");
+                        m.pending = false;
+                        m.consecutive_failures = 0;
+                        m.retry_at = None;
+                        m.last_failure = None;
+                        Run::Ready { child, run }
+                    }
+                    other => other,
+                };
+            }
+            Event::Exited { model, run, report } => {
+                let Some(m) = self.models.get_mut(model) else {
+                    return;
+                };
+                if m.run.run_id() != Some(run) {
+                    return;
+                }
+                let failure = match std::mem::replace(&mut m.run, Run::Stopped) {
+                    Run::Starting { .. } => {
+                        Some(format!("exited while loading: {}", report.describe()))
+                    }
+                    Run::Ready { .. } => Some(format!("exited: {}", report.describe())),
+                    Run::Stopping {
+                        reason: reason @ StopReason::StartupTimeout,
+                        ..
+                    } => Some(format!(
+                        "{}; stopped it ({})",
+                        reason.describe(&m.spec),
+                        report.describe()
+                    )),
+                    Run::Stopping { reason, .. } => {
+                        tracing::info!(model = %m.spec.name, %reason, "model server stopped");
+                        m.stopped_because = Some(reason.describe(&m.spec));
+                        None
+                    }
+                    Run::Stopped => None,
+                };
+                if let Some(failure) = failure {
+                    self.fail(model, failure, instant);
+                }
+            }
+        }
+    }
+
+    /// Applies the policies to every model: always-on retries, group leaders,
+    /// then starts and stops.
+    fn reconcile(&mut self, now: SystemTime, instant: Instant) {
+        if self.shutting_down {
+            for model in 0..self.models.len() {
+                self.models[model].pending = false;
+                if matches!(
+                    self.models[model].run,
+                    Run::Starting { .. } | Run::Ready { .. }
+                ) {
+                    self.stop(model, StopReason::Shutdown);
+                }
+            }
+            return;
+        }
+        for m in &mut self.models {
+            if m.failure.is_some() && m.spec.always_on() && m.retry_at.is_none_or(|t| t <= instant)
+            {
+                m.last_failure = m.failure.take();
+                m.pending = true;
+            }
+        }
+        for group in 0..self.groups.len() {
+            self.decide_group(group, now);
+        }
+        for model in 0..self.models.len() {
+            match self.action(model, now, instant) {
+                Action::Nothing => {}
+                Action::Start => self.start(model, instant),
+                Action::Stop(reason) => self.stop(model, reason),
+            }
+        }
+    }
+
+    fn decide_group(&mut self, group: usize, now: SystemTime) {
+        let members: Vec<SharedMember> = self.groups[group]
+            .members
+            .iter()
+            .map(|&idx| {
+                let m = &self.models[idx];
+                SharedMember {
+                    name: m.spec.name.clone(),
+                    priority: m.spec.priority,
+                    failed: m.failure.is_some(),
+                    last_active: self.shared.cells[idx].last_active(),
+                    demand: m.demand,
+                }
+            })
+            .collect();
+        let g = &mut self.groups[group];
+        if let Some(swap) = g.decide(&members, &self.config.group_policy, now) {
+            tracing::info!(
+                group = %g.name,
+                from = swap.from.as_deref().unwrap_or("-"),
+                to = %swap.to,
+                reason = swap.reason_str(),
+                "shared group leader changed"
+            );
+        }
+    }
+
+    /// Whether the policies want `model` running now (its group aside).
+    fn wants_to_run(&self, model: usize, now: SystemTime) -> bool {
+        let m = &self.models[model];
+        if m.failure.is_some() {
+            return false;
+        }
+        let queued = m.demand.is_some_and(|d| {
+            d.depth > 0 && since(now, d.at) <= self.config.group_policy.demand_window
+        });
+        let pending = m.pending || queued || matches!(m.run, Run::Starting { .. });
+        let last_active = self.shared.cells[model].last_active();
+        desired_replicas(&m.spec.serverless, last_active, pending, now) >= 1
+    }
+
+    fn action(&self, model: usize, now: SystemTime, instant: Instant) -> Action {
+        let m = &self.models[model];
+        let group = m.group.map(|g| &self.groups[g]);
+        let may_run = group.is_none_or(|g| g.is_leader(&m.spec.name));
+        match &m.run {
+            Run::Stopping { .. } => Action::Nothing,
+            Run::Starting { deadline, .. } if instant >= *deadline => {
+                Action::Stop(StopReason::StartupTimeout)
+            }
+            Run::Starting { .. } | Run::Ready { .. } if !may_run => {
+                let (group, by) = group
+                    .map(|g| (g.name.clone(), g.state.leader.clone()))
+                    .unwrap_or_default();
+                Action::Stop(StopReason::Preempted { group, by })
+            }
+            Run::Ready { .. } if !self.wants_to_run(model, now) => Action::Stop(StopReason::Idle),
+            Run::Stopped
+                if may_run
+                    && m.retry_at.is_none_or(|t| t <= instant)
+                    && self.group_is_free(model)
+                    && self.wants_to_run(model, now) =>
+            {
+                Action::Start
+            }
+            _ => Action::Nothing,
+        }
+    }
+
+    /// Whether no other member of `model`'s group has a process.
+    fn group_is_free(&self, model: usize) -> bool {
+        let Some(g) = self.models[model].group else {
+            return true;
+        };
+        self.groups[g]
+            .members
+            .iter()
+            .all(|&other| other == model || !self.models[other].run.has_process())
+    }
+
+    fn start(&mut self, model: usize, instant: Instant) {
+        let spec = &self.models[model].spec;
+        // Something else answering on the port would look healthy.
+        if let Err(e) = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, spec.port)) {
+            let message = format!(
+                "cannot start: port {} on 127.0.0.1 is not free ({e}); another server is using it",
+                spec.port
+            );
+            return self.fail(model, message, instant);
+        }
+        self.next_run += 1;
+        let run = self.next_run;
+        let events = self.events.clone();
+        let spawned = ChildProcess::spawn(spec, move |report| {
+            let _ = events.send(Event::Exited { model, run, report });
+        });
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let message = format!("cannot start `{}`: {e}", spec.command);
+                return self.fail(model, message, instant);
+            }
+        };
+        tracing::info!(model = %spec.name, pid = child.pid(), port = spec.port, "model server started");
+        let health = tokio::spawn(wait_healthy(
+            self.models[model].endpoint,
+            spec.health_path.clone(),
+            self.config.health_interval,
+            self.events.clone(),
+            model,
+            run,
+        ));
+        let m = &mut self.models[model];
+        m.starts += 1;
+        m.stopped_because = None;
+        m.run = Run::Starting {
+            child,
+            run,
+            deadline: after(instant, m.spec.startup_timeout),
+            _health: AbortOnDrop(health),
+        };
+    }
+
+    fn stop(&mut self, model: usize, reason: StopReason) {
+        let m = &mut self.models[model];
+        let grace = m.spec.stop_grace;
+        m.run = match std::mem::replace(&mut m.run, Run::Stopped) {
+            Run::Starting { mut child, run, .. } | Run::Ready { mut child, run } => {
+                tracing::info!(model = %m.spec.name, pid = child.pid(), %reason, "stopping model server");
+                child.stop(grace);
+                Run::Stopping { child, run, reason }
+            }
+            other => other,
+        };
+    }
+
+    fn fail(&mut self, model: usize, message: String, instant: Instant) {
+        let m = &mut self.models[model];
+        m.failures += 1;
+        m.consecutive_failures = m.consecutive_failures.saturating_add(1);
+        m.retry_at = Some(after(
+            instant,
+            self.config.retry_delay(m.consecutive_failures),
+        ));
+        m.pending = false;
+        m.last_failure = None;
+        tracing::warn!(model = %m.spec.name, "model failed: {message}");
+        m.failure = Some(message);
+    }
+
+    /// The earliest startup deadline or retry time still ahead.
+    fn next_deadline(&self, instant: Instant) -> Option<Instant> {
+        self.models
+            .iter()
+            .filter_map(|m| match &m.run {
+                Run::Starting { deadline, .. } => Some(*deadline),
+                Run::Stopped => m.retry_at.filter(|&t| t > instant),
+                _ => None,
+            })
+            .min()
+    }
+
+    fn status_of(
+        &self,
+        model: usize,
+        instant: Instant,
+    ) -> (Phase, Option<SocketAddr>, Option<String>) {
+        let m = &self.models[model];
+        match &m.run {
+            Run::Starting { .. } => (Phase::Loading, None, None),
+            Run::Ready { .. } => (Phase::Ready, Some(m.endpoint), None),
+            Run::Stopping { reason, .. } => (Phase::Stopping, None, Some(reason.describe(&m.spec))),
+            Run::Stopped => match &m.failure {
+                Some(failure) => (Phase::Failed, None, Some(failure.clone())),
+                None => (Phase::Idle, None, self.idle_message(model, instant)),
+            },
+        }
+    }
+
+    /// What an idle model waits for, or why it stopped.
+    fn idle_message(&self, model: usize, instant: Instant) -> Option<String> {
+        let m = &self.models[model];
+        if !m.pending {
+            return m.stopped_because.clone();
+        }
+        if let Some(g) = m.group.map(|g| &self.groups[g]) {
+            match &g.state.leader {
+                None => return Some(format!("waiting for shared group {}", g.name)),
+                Some(leader) if leader != &m.spec.name => {
+                    return Some(format!(
+                        "waiting for shared group {}: {leader} holds the GPU",
+                        g.name
+                    ))
+                }
+                Some(_) => {}
+            }
+            let busy = g
+                .members
+                .iter()
+                .find(|&&other| other != model && self.models[other].run.has_process());
+            if let Some(&other) = busy {
+                return Some(format!(
+                    "waiting for {} to stop",
+                    self.models[other].spec.name
+                ));
+            }
+        }
+        if m.retry_at.is_some_and(|t| t > instant) {
+            let delay = self.config.retry_delay(m.consecutive_failures);
+            let last = m.last_failure.as_deref().unwrap_or("unknown");
+            return Some(format!(
+                "restarting after a backoff of {delay:?}; last failure: {last}"
+            ));
+        }
+        m.stopped_because.clone()
+    }
+
+    /// Publishes changed statuses and the report, then answers acknowledgements.
+    fn publish(&mut self, now: SystemTime, instant: Instant) {
+        for model in 0..self.models.len() {
+            let (phase, endpoint, message) = self.status_of(model, instant);
+            self.shared.cells[model].status.send_if_modified(|status| {
+                if status.phase == phase && status.endpoint == endpoint && status.message == message
+                {
+                    return false;
+                }
+                if status.phase != phase {
+                    status.since = now;
+                }
+                status.phase = phase;
+                status.endpoint = endpoint;
+                status.message = message;
+                true
+            });
+        }
+        let report = self.report();
+        self.shared.report.send_replace(report);
+        for ack in self.acks.drain(..) {
+            let _ = ack.send(());
+        }
+    }
+
+    fn report(&self) -> ActuatorReport {
+        let models = self
+            .models
+            .iter()
+            .enumerate()
+            .map(|(idx, m)| {
+                let cell = &self.shared.cells[idx];
+                let status = cell.status.borrow().clone();
+                let group = m.group.map(|g| &self.groups[g]);
+                ModelReport {
+                    name: m.spec.name.clone(),
+                    phase: status.phase,
+                    endpoint: status.endpoint,
+                    message: status.message,
+                    since: status.since,
+                    pid: m.run.pid(),
+                    last_active: cell.last_active(),
+                    queue_depth: m.demand.map_or(0, |d| d.depth),
+                    group: group.map(|g| g.name.clone()),
+                    group_leader: group.and_then(|g| g.state.leader.clone()),
+                    starts: m.starts,
+                    failures: m.failures,
+                    consecutive_failures: m.consecutive_failures,
+                }
+            })
+            .collect();
+        let groups = self
+            .groups
+            .iter()
+            .map(|g| {
+                let names = g
+                    .members
+                    .iter()
+                    .map(|&idx| self.models[idx].spec.name.clone())
+                    .collect();
+                g.report(names)
+            })
+            .collect();
+        ActuatorReport { models, groups }
+    }
+}
+
+/// Probes the child's health path until it answers 2xx, then reports once.
+async fn wait_healthy(
+    endpoint: SocketAddr,
+    path: String,
+    interval: Duration,
+    events: mpsc::UnboundedSender<Event>,
+    model: usize,
+    run: u64,
+) {
+    loop {
+        if health::probe(endpoint, &path).await {
+            let _ = events.send(Event::Healthy { model, run });
+            return;
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// `instant + wait`, with the wait capped at [`MAX_WAIT`].
+fn after(instant: Instant, wait: Duration) -> Instant {
+    instant.checked_add(wait.min(MAX_WAIT)).unwrap_or(instant)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activity_is_monotonic_and_starts_unknown() {
+        let cell = ModelCell {
+            status: watch::Sender::new(ModelStatus::idle(UNIX_EPOCH)),
+            last_active: AtomicU64::new(0),
+        };
+        assert_eq!(cell.last_active(), None);
+        let t = UNIX_EPOCH + Duration::from_secs(1_000);
+        cell.touch(t);
+        cell.touch(t - Duration::from_secs(5));
+        assert_eq!(cell.last_active(), Some(t));
+    }
+
+    #[test]
+    fn waits_are_capped() {
+        let now = Instant::now();
+        assert_eq!(after(now, Duration::MAX), now + MAX_WAIT);
+        assert_eq!(
+            after(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
+    }
+}

@@ -1,0 +1,170 @@
+//! Latency of `/filter` + `/prioritize` for 1,000 full Node objects.
+//!
+//! ```sh
+//! cargo run --release -p flexinfer-sched --example extender_bench [-- ITERATIONS [NODES]]
+//! ```
+//!
+//! Measures each call in-process (request bytes → response bytes: decoding,
+//! decisions, encoding) and over loopback HTTP (axum server, reqwest
+//! client), and prints the median and p99 of filter, prioritize and the
+//! two together.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flexinfer_sched::extender::Settings;
+use flexinfer_sched::tps::{benchmark_key, StaticTpsSource};
+use flexinfer_sched::{server, Extender};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let iterations: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(300);
+    let node_count: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
+
+    let nodes = support::nodes(node_count);
+    let body = support::extender_args(&support::pod(), &nodes);
+    println!(
+        "{node_count} nodes, request body {:.1} MiB, {iterations} iterations",
+        body.len() as f64 / (1024.0 * 1024.0)
+    );
+
+    let extender = Arc::new(extender());
+
+    // The floor: one serde_json pass over the body, decoding nothing.
+    let mut scan = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let start = Instant::now();
+        let _: serde::de::IgnoredAny = serde_json::from_slice(&body).expect("valid JSON");
+        scan.push(start.elapsed());
+    }
+    let (median, p99) = percentiles(&scan);
+    println!(
+        "one JSON pass over the body (floor): median {:.3} ms   p99 {:.3} ms",
+        ms(median),
+        ms(p99)
+    );
+
+    // In-process.
+    let mut filter = Vec::with_capacity(iterations);
+    let mut prioritize = Vec::with_capacity(iterations);
+    for _ in 0..iterations.min(20) {
+        extender.filter(&body);
+        extender.prioritize(&body).expect("prioritize");
+    }
+    for _ in 0..iterations {
+        let start = Instant::now();
+        let out = extender.filter(&body);
+        filter.push(start.elapsed());
+        assert!(!out.is_empty());
+        let start = Instant::now();
+        let out = extender.prioritize(&body).expect("prioritize");
+        prioritize.push(start.elapsed());
+        assert!(!out.is_empty());
+    }
+    report("in-process", &filter, &prioritize);
+
+    // Loopback HTTP.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (filter, prioritize) = runtime.block_on(async {
+        let app = server::router(extender.clone(), 256 * 1024 * 1024);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = reqwest::Client::new();
+        let body = axum::body::Bytes::from(body.clone());
+        let call = |path: &'static str| {
+            let client = client.clone();
+            let body = body.clone();
+            async move {
+                let start = Instant::now();
+                let response = client
+                    .post(format!("http://{addr}/{path}"))
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("send");
+                assert!(response.status().is_success());
+                let out = response.bytes().await.expect("body");
+                assert!(!out.is_empty());
+                start.elapsed()
+            }
+        };
+        for _ in 0..iterations.min(20) {
+            call("filter").await;
+            call("prioritize").await;
+        }
+        let mut filter = Vec::with_capacity(iterations);
+        let mut prioritize = Vec::with_capacity(iterations);
+        for _ in 0..iterations {
+            filter.push(call("filter").await);
+            prioritize.push(call("prioritize").await);
+        }
+        (filter, prioritize)
+    });
+    report("loopback HTTP", &filter, &prioritize);
+}
+
+fn extender() -> Extender {
+    let mut tps = StaticTpsSource::default();
+    tps.insert(
+        "ml",
+        "flexinfer-benchmark-results",
+        [(
+            benchmark_key(
+                "vllm",
+                "qwen3-8b",
+                "vendor=AMD,arch=gfx1100,vram=24Gi,count=1,int4=true",
+            ),
+            "48.0",
+        )],
+    );
+    tps.insert(
+        "ml",
+        "qwen3-8b-benchmark-results",
+        [("tokensPerSecond", "30")],
+    );
+    Extender::new(
+        Settings {
+            benchmark_config_map: "flexinfer-benchmark-results".into(),
+            ..Default::default()
+        },
+        Arc::new(tps),
+    )
+}
+
+fn report(label: &str, filter: &[Duration], prioritize: &[Duration]) {
+    let together: Vec<Duration> = filter
+        .iter()
+        .zip(prioritize)
+        .map(|(a, b)| *a + *b)
+        .collect();
+    println!("{label}:");
+    for (name, samples) in [
+        ("filter", filter),
+        ("prioritize", prioritize),
+        ("filter+prioritize", &together[..]),
+    ] {
+        let (median, p99) = percentiles(samples);
+        println!(
+            "  {name:<18} median {:>7.3} ms   p99 {:>7.3} ms",
+            ms(median),
+            ms(p99)
+        );
+    }
+}
+
+fn percentiles(samples: &[Duration]) -> (Duration, Duration) {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let at = |q: f64| sorted[((sorted.len() as f64 - 1.0) * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}

@@ -1,0 +1,435 @@
+//! The kube-scheduler extender v1 wire format.
+//!
+//! kube-scheduler marshals `k8s.io/kube-scheduler/extender/v1` structs,
+//! which carry no JSON tags, so the keys are the Go field names: `Pod`,
+//! `Nodes`, `NodeNames`, `FailedNodes`, `FailedAndUnresolvableNodes`,
+//! `Error`, `Host`, `Score`. Go decodes keys case-insensitively; requests
+//! are accepted with the Go, lower-case and camel-case spellings, responses
+//! use the Go spelling.
+//!
+//! Nodes are the bulk of a request (kube-scheduler sends full Node objects
+//! unless the extender is `nodeCacheCapable`), so they are not decoded into
+//! `k8s_openapi` types: [`crate::scan`] finds each item's JSON text, which
+//! the filter result echoes verbatim, and [`NodeView`] extracts only the
+//! name and the `flexinfer.ai/` labels and annotations.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use flexinfer_crds::labels::PREFIX;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+/// The highest score an extender may return (`extenderv1.MaxExtenderPriority`).
+pub const MAX_EXTENDER_PRIORITY: i64 = 10;
+
+/// Result of a filter call (`extenderv1.ExtenderFilterResult`).
+#[derive(Debug, Default)]
+pub struct ExtenderFilterResult<'a> {
+    /// Passing nodes, as the raw JSON objects of the request, when the
+    /// request carried `Nodes`.
+    pub nodes: Option<Vec<&'a str>>,
+    /// Passing node names, when the request carried `NodeNames`.
+    pub node_names: Option<Vec<&'a str>>,
+    /// Rejected nodes whose rejection preemption might resolve.
+    pub failed_nodes: BTreeMap<String, String>,
+    /// Rejected nodes that preemption cannot help (no GPU vendor label,
+    /// unsupported architecture).
+    pub failed_and_unresolvable_nodes: BTreeMap<String, String>,
+    /// Set when the whole call failed; kube-scheduler reports it as the
+    /// scheduling error.
+    pub error: String,
+}
+
+impl ExtenderFilterResult<'_> {
+    /// The JSON kube-scheduler expects: every field under its Go name,
+    /// passing nodes copied verbatim into `Nodes.items`.
+    pub fn to_json(&self) -> Vec<u8> {
+        let raw_len: usize = self.nodes.iter().flatten().map(|n| n.len() + 1).sum();
+        let mut out = Vec::with_capacity(raw_len + 256);
+        out.extend_from_slice(b"{\"Nodes\":");
+        match &self.nodes {
+            Some(items) => {
+                out.extend_from_slice(b"{\"metadata\":{},\"items\":[");
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(item.as_bytes());
+                }
+                out.extend_from_slice(b"]}");
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+        write_field(&mut out, b"\"NodeNames\":", &self.node_names);
+        write_field(&mut out, b"\"FailedNodes\":", &self.failed_nodes);
+        write_field(
+            &mut out,
+            b"\"FailedAndUnresolvableNodes\":",
+            &self.failed_and_unresolvable_nodes,
+        );
+        write_field(&mut out, b"\"Error\":", &self.error);
+        out.push(b'}');
+        out
+    }
+}
+
+fn write_field<T: Serialize>(out: &mut Vec<u8>, name: &[u8], value: &T) {
+    out.push(b',');
+    out.extend_from_slice(name);
+    // Strings, string lists and string maps cannot fail to encode.
+    let _ = serde_json::to_writer(out, value);
+}
+
+/// One entry of a prioritize result (`extenderv1.HostPriority`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPriority {
+    /// Node name.
+    #[serde(rename = "Host", alias = "host")]
+    pub host: String,
+    /// Score in `0..=MAX_EXTENDER_PRIORITY`.
+    #[serde(rename = "Score", alias = "score")]
+    pub score: i64,
+}
+
+/// The part of a Node the extender reads: its name and the labels and
+/// annotations under the `flexinfer.ai/` prefix. Everything else is
+/// skipped without being decoded.
+#[derive(Debug, Default, Deserialize)]
+pub struct NodeView<'a> {
+    /// Node metadata.
+    #[serde(borrow, default)]
+    pub metadata: NodeMetaView<'a>,
+}
+
+/// Metadata of a [`NodeView`].
+#[derive(Debug, Default, Deserialize)]
+pub struct NodeMetaView<'a> {
+    /// Node name.
+    #[serde(borrow, default)]
+    pub name: Cow<'a, str>,
+    /// `flexinfer.ai/` labels.
+    #[serde(borrow, default)]
+    pub labels: PrefixedMap<'a>,
+    /// `flexinfer.ai/` annotations.
+    #[serde(borrow, default)]
+    pub annotations: PrefixedMap<'a>,
+}
+
+impl<'a> NodeView<'a> {
+    /// Parses one node item kept as raw JSON, reading `metadata` only as
+    /// far as needed: decoding stops once the name, labels and annotations
+    /// are known (Go writes them before `managedFields`, and `metadata`
+    /// before `spec` and `status`), so the bulk of a full Node is not
+    /// scanned a second time.
+    pub fn parse(raw: &'a str) -> serde_json::Result<Self> {
+        let mut metadata = None;
+        let mut stopped = false;
+        let mut deserializer = serde_json::Deserializer::from_str(raw);
+        let seed = NodeSeed {
+            metadata: &mut metadata,
+            stopped: &mut stopped,
+        };
+        match de::DeserializeSeed::deserialize(seed, &mut deserializer) {
+            Ok(()) => {}
+            Err(_) if stopped => {}
+            Err(err) => return Err(err),
+        }
+        Ok(NodeView {
+            metadata: metadata.unwrap_or_default(),
+        })
+    }
+}
+
+/// Message of the error that ends a [`NodeView::parse`] early.
+const STOP: &str = "node metadata complete";
+
+/// Decodes a node object until its metadata is complete, leaving the result
+/// in `metadata`. Ending early is signalled by an error with `stopped` set.
+struct NodeSeed<'s, 'a> {
+    metadata: &'s mut Option<NodeMetaView<'a>>,
+    stopped: &'s mut bool,
+}
+
+impl<'de: 'a, 'a> de::DeserializeSeed<'de> for NodeSeed<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de: 'a, 'a> Visitor<'de> for NodeSeed<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Node object")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<(), M::Error> {
+        while let Some(BorrowedStr(key)) = map.next_key::<BorrowedStr<'a>>()? {
+            if key == "metadata" {
+                map.next_value_seed(
+                    NodeSeed {
+                        metadata: &mut *self.metadata,
+                        stopped: &mut *self.stopped,
+                    }
+                    .metadata(),
+                )?;
+                // Metadata ended without the early stop: nothing after it
+                // is needed either.
+                *self.stopped = true;
+                return Err(de::Error::custom(STOP));
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(())
+    }
+}
+
+impl<'s, 'a> NodeSeed<'s, 'a> {
+    fn metadata(self) -> MetaSeed<'s, 'a> {
+        MetaSeed {
+            metadata: self.metadata,
+            stopped: self.stopped,
+        }
+    }
+}
+
+/// Decodes `metadata` into the slot, stopping once name, labels and
+/// annotations are known.
+struct MetaSeed<'s, 'a> {
+    metadata: &'s mut Option<NodeMetaView<'a>>,
+    stopped: &'s mut bool,
+}
+
+impl<'de: 'a, 'a> de::DeserializeSeed<'de> for MetaSeed<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de: 'a, 'a> Visitor<'de> for MetaSeed<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ObjectMeta")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<(), M::Error> {
+        let metadata = self.metadata.insert(NodeMetaView::default());
+        let (mut name, mut labels, mut annotations) = (false, false, false);
+        while let Some(BorrowedStr(key)) = map.next_key::<BorrowedStr<'a>>()? {
+            match key.as_ref() {
+                "name" => {
+                    metadata.name = map.next_value::<BorrowedStr<'a>>()?.0;
+                    name = true;
+                }
+                "labels" => {
+                    metadata.labels = map.next_value()?;
+                    labels = true;
+                }
+                "annotations" => {
+                    metadata.annotations = map.next_value()?;
+                    annotations = true;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            if name && labels && annotations {
+                *self.stopped = true;
+                return Err(de::Error::custom(STOP));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The entries of a JSON string map whose keys start with
+/// [`flexinfer_crds::labels::PREFIX`]; other entries are skipped.
+#[derive(Debug, Default)]
+pub struct PrefixedMap<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'a> PrefixedMap<'a> {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, value)| value.as_ref())
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for PrefixedMap<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MapVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+        impl<'de: 'a, 'a> Visitor<'de> for MapVisitor<'a> {
+            type Value = PrefixedMap<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of strings or null")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(PrefixedMap::default())
+            }
+
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(PrefixedMap::default())
+            }
+
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut entries = Vec::new();
+                while let Some(BorrowedStr(key)) = map.next_key::<BorrowedStr<'a>>()? {
+                    if key.starts_with(PREFIX) {
+                        let BorrowedStr(value) = map.next_value::<BorrowedStr<'a>>()?;
+                        entries.push((key, value));
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(PrefixedMap(entries))
+            }
+        }
+
+        deserializer.deserialize_any(MapVisitor(std::marker::PhantomData))
+    }
+}
+
+/// A string borrowed from the input when it has no escapes.
+struct BorrowedStr<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for BorrowedStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+        impl<'de: 'a, 'a> Visitor<'de> for StrVisitor<'a> {
+            type Value = BorrowedStr<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, value: &'de str) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Borrowed(value)))
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Owned(value.to_owned())))
+            }
+
+            fn visit_string<E: de::Error>(self, value: String) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Owned(value)))
+            }
+        }
+
+        deserializer.deserialize_str(StrVisitor(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_view_keeps_only_flexinfer_keys() {
+        let raw = r#"{"metadata":{"name":"gpu-1","labels":{"kubernetes.io/os":"linux",
+               "flexinfer.ai/gpu.vendor":"AMD","flexinfer.ai/gpu.arch":"gfx\u0031100"},
+               "annotations":null,"managedFields":[{"manager":"kubelet"}]},
+               "status":{"images":[{"names":["a"],"sizeBytes":1}]}}"#;
+        for view in [
+            NodeView::parse(raw).unwrap(),
+            serde_json::from_str::<NodeView>(raw).unwrap(),
+        ] {
+            assert_eq!(view.metadata.name, "gpu-1");
+            assert_eq!(
+                view.metadata.labels.get("flexinfer.ai/gpu.vendor"),
+                Some("AMD")
+            );
+            assert_eq!(
+                view.metadata.labels.get("flexinfer.ai/gpu.arch"),
+                Some("gfx1100")
+            );
+            assert_eq!(view.metadata.labels.get("kubernetes.io/os"), None);
+            assert_eq!(view.metadata.annotations.get("flexinfer.ai/gpu.util"), None);
+        }
+    }
+
+    #[test]
+    fn early_stop_parse_matches_a_full_parse_in_any_key_order() {
+        for text in [
+            // Go's order: metadata first, labels and annotations before
+            // managedFields.
+            r#"{"metadata":{"name":"a","labels":{"flexinfer.ai/gpu.vendor":"AMD"},
+               "annotations":{"flexinfer.ai/gpu.util":"5"},"managedFields":[{"x":1}]},
+               "spec":{},"status":{"images":[]}}"#,
+            // Other orders, and missing annotations.
+            r#"{"status":{},"metadata":{"managedFields":[],"annotations":{"flexinfer.ai/gpu.util":"5"},
+               "labels":{"flexinfer.ai/gpu.vendor":"AMD"},"name":"a"}}"#,
+            r#"{"metadata":{"labels":{"flexinfer.ai/gpu.vendor":"AMD"},"name":"a"},"spec":{}}"#,
+            r#"{"kind":"Node","metadata":{"name":"a","annotations":null,"labels":{"flexinfer.ai/gpu.vendor":"AMD"}}}"#,
+        ] {
+            let fast = NodeView::parse(text).unwrap();
+            let full: NodeView = serde_json::from_str(text).unwrap();
+            for view in [&fast, &full] {
+                assert_eq!(view.metadata.name, "a", "{text}");
+                assert_eq!(
+                    view.metadata.labels.get("flexinfer.ai/gpu.vendor"),
+                    Some("AMD"),
+                    "{text}"
+                );
+            }
+            assert_eq!(
+                fast.metadata.annotations.get("flexinfer.ai/gpu.util"),
+                full.metadata.annotations.get("flexinfer.ai/gpu.util"),
+                "{text}"
+            );
+        }
+        // No metadata at all: an unnamed node, not an error.
+        assert_eq!(NodeView::parse(r#"{"spec":{}}"#).unwrap().metadata.name, "");
+        // Wrong types are errors.
+        for text in [
+            r#"{"metadata":5}"#,
+            r#"{"metadata":{"name":7}}"#,
+            "[1]",
+            "{",
+        ] {
+            assert!(NodeView::parse(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn filter_result_uses_go_field_names() {
+        let result = ExtenderFilterResult {
+            node_names: Some(vec!["a"]),
+            failed_nodes: BTreeMap::from([("b".to_owned(), "why \"not\"".to_owned())]),
+            ..Default::default()
+        };
+        assert_eq!(
+            String::from_utf8(result.to_json()).unwrap(),
+            r#"{"Nodes":null,"NodeNames":["a"],"FailedNodes":{"b":"why \"not\""},"FailedAndUnresolvableNodes":{},"Error":""}"#
+        );
+        let result = ExtenderFilterResult {
+            nodes: Some(vec![r#"{"metadata":{"name":"x"}}"#, "{}"]),
+            error: String::new(),
+            ..Default::default()
+        };
+        assert_eq!(
+            String::from_utf8(result.to_json()).unwrap(),
+            r#"{"Nodes":{"metadata":{},"items":[{"metadata":{"name":"x"}},{}]},"NodeNames":null,"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}"#
+        );
+        let priority = HostPriority {
+            host: "a".to_owned(),
+            score: 7,
+        };
+        assert_eq!(
+            serde_json::to_string(&[priority]).unwrap(),
+            r#"[{"Host":"a","Score":7}]"#
+        );
+    }
+}

@@ -1,0 +1,375 @@
+//! Finding the parts of a large `ExtenderArgs` body without decoding it.
+//!
+//! A filter or prioritize request carries every candidate Node in full —
+//! about 6 KiB each, 6 MiB for 1,000 nodes — and the extender needs only
+//! each node's name, labels and annotations. Decoding the body with a
+//! general JSON parser and then re-reading each node's metadata would cost
+//! two passes over those megabytes; this module instead locates each
+//! node's boundaries in a single byte pass that only tracks strings and
+//! brackets, and hands only the small parts (the Pod, each node's
+//! metadata) to `serde_json`.
+//!
+//! The scanner assumes well-formed JSON, which is what kube-scheduler
+//! sends. On malformed input it returns an error or spans that the
+//! subsequent `serde_json` decoding rejects; it never panics (every index
+//! is bounds-checked).
+
+use std::fmt;
+
+/// Where a body could not be scanned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanError {
+    /// What was expected.
+    pub expected: &'static str,
+    /// Byte offset in the body.
+    pub offset: usize,
+}
+
+impl fmt::Display for ScanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "expected {} at byte {}", self.expected, self.offset)
+    }
+}
+
+impl std::error::Error for ScanError {}
+
+/// The top-level values of an `ExtenderArgs` body, as JSON text.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ArgsSpans<'a> {
+    /// The `Pod` value, if the key is present.
+    pub pod: Option<&'a str>,
+    /// The items of `Nodes`, if `Nodes` is present and not `null`.
+    pub nodes: Option<Vec<&'a str>>,
+    /// The `NodeNames` value, if the key is present.
+    pub node_names: Option<&'a str>,
+}
+
+type Span = (usize, usize);
+
+/// Splits an `ExtenderArgs` body into its parts. Keys match
+/// case-insensitively, as Go's decoder does; unknown keys are skipped.
+pub fn args(body: &str) -> Result<ArgsSpans<'_>, ScanError> {
+    let bytes = body.as_bytes();
+    let start = skip_ws(bytes, 0);
+    let (mut pod, mut node_names, mut nodes) = (None, None, None);
+    let end = object_members(bytes, start, |key, value_start| {
+        if key.eq_ignore_ascii_case(b"Nodes") {
+            let (items, end) = node_list(bytes, value_start)?;
+            nodes = items;
+            return Ok(end);
+        }
+        let end = value_end(bytes, value_start)?;
+        if key.eq_ignore_ascii_case(b"Pod") {
+            pod = Some((value_start, end));
+        } else if key.eq_ignore_ascii_case(b"NodeNames") {
+            node_names = Some((value_start, end));
+        }
+        Ok(end)
+    })?;
+    if skip_ws(bytes, end) != bytes.len() {
+        return Err(error("end of input", end));
+    }
+    let slices = |spans: Vec<Span>| {
+        spans
+            .into_iter()
+            .map(|span| slice(body, span))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(ArgsSpans {
+        pod: pod.map(|v| slice(body, v)).transpose()?,
+        node_names: node_names.map(|v| slice(body, v)).transpose()?,
+        nodes: nodes.map(slices).transpose()?,
+    })
+}
+
+/// The item spans of the `NodeList` value at `at` (`None` for `null`) and
+/// the offset after it. Each item is scanned once.
+fn node_list(bytes: &[u8], at: usize) -> Result<(Option<Vec<Span>>, usize), ScanError> {
+    if bytes.get(at..at + 4) == Some(b"null") {
+        return Ok((None, at + 4));
+    }
+    let mut items = Vec::new();
+    let end = object_members(bytes, at, |key, value_start| {
+        if !key.eq_ignore_ascii_case(b"items") {
+            return value_end(bytes, value_start);
+        }
+        if bytes.get(value_start..value_start + 4) == Some(b"null") {
+            return Ok(value_start + 4);
+        }
+        array_elements(bytes, value_start, |span| items.push(span))
+    })?;
+    Ok((Some(items), end))
+}
+
+fn slice(body: &str, (from, to): Span) -> Result<&str, ScanError> {
+    body.get(from..to).ok_or(error("a value", from))
+}
+
+fn error(expected: &'static str, offset: usize) -> ScanError {
+    ScanError { expected, offset }
+}
+
+fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\r' | b'\t') = bytes.get(at) {
+        at += 1;
+    }
+    at
+}
+
+/// Calls `member(key, value_start)` for each member of the object starting
+/// at `at` (keys raw, without quotes); the callback consumes the value and
+/// returns the offset after it. Returns the offset after `}`.
+fn object_members(
+    bytes: &[u8],
+    at: usize,
+    mut member: impl FnMut(&[u8], usize) -> Result<usize, ScanError>,
+) -> Result<usize, ScanError> {
+    if bytes.get(at) != Some(&b'{') {
+        return Err(error("an object", at));
+    }
+    let mut at = skip_ws(bytes, at + 1);
+    if bytes.get(at) == Some(&b'}') {
+        return Ok(at + 1);
+    }
+    loop {
+        if bytes.get(at) != Some(&b'"') {
+            return Err(error("a key", at));
+        }
+        let key_end = string_end(bytes, at)?;
+        let key = bytes.get(at + 1..key_end - 1).unwrap_or_default();
+        at = skip_ws(bytes, key_end);
+        if bytes.get(at) != Some(&b':') {
+            return Err(error("':'", at));
+        }
+        let value_end = member(key, skip_ws(bytes, at + 1))?;
+        at = skip_ws(bytes, value_end);
+        match bytes.get(at) {
+            Some(b',') => at = skip_ws(bytes, at + 1),
+            Some(b'}') => return Ok(at + 1),
+            _ => return Err(error("',' or '}'", at)),
+        }
+    }
+}
+
+/// Calls `element(span)` for each element of the array starting at `at`;
+/// returns the offset after `]`.
+fn array_elements(
+    bytes: &[u8],
+    at: usize,
+    mut element: impl FnMut(Span),
+) -> Result<usize, ScanError> {
+    if bytes.get(at) != Some(&b'[') {
+        return Err(error("an array", at));
+    }
+    let mut at = skip_ws(bytes, at + 1);
+    if bytes.get(at) == Some(&b']') {
+        return Ok(at + 1);
+    }
+    loop {
+        let end = value_end(bytes, at)?;
+        element((at, end));
+        at = skip_ws(bytes, end);
+        match bytes.get(at) {
+            Some(b',') => at = skip_ws(bytes, at + 1),
+            Some(b']') => return Ok(at + 1),
+            _ => return Err(error("',' or ']'", at)),
+        }
+    }
+}
+
+/// The offset just after the value starting at `at`.
+fn value_end(bytes: &[u8], at: usize) -> Result<usize, ScanError> {
+    match bytes.get(at) {
+        Some(b'"') => string_end(bytes, at),
+        Some(b'{') => container_end(bytes, at, b'{', b'}'),
+        Some(b'[') => container_end(bytes, at, b'[', b']'),
+        Some(b) if b.is_ascii_alphanumeric() || *b == b'-' => {
+            let mut end = at;
+            while bytes
+                .get(end)
+                .is_some_and(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.'))
+            {
+                end += 1;
+            }
+            Ok(end)
+        }
+        _ => Err(error("a value", at)),
+    }
+}
+
+/// The offset just after the string whose opening quote is at `at`.
+fn string_end(bytes: &[u8], at: usize) -> Result<usize, ScanError> {
+    let mut i = at + 1;
+    loop {
+        i = next_quote_or_backslash(bytes, i).ok_or(error("'\"'", at))?;
+        if bytes[i] == b'"' {
+            return Ok(i + 1);
+        }
+        // A backslash escapes the next byte (`\u` hex digits need no care).
+        i += 2;
+    }
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// High bit set in each byte of `word` equal to `byte` (exact for the
+/// lowest match, which is all that is used).
+fn matches(word: u64, byte: u8) -> u64 {
+    let x = word ^ (ONES * u64::from(byte));
+    x.wrapping_sub(ONES) & !x & HIGHS
+}
+
+/// The index of the first `"` or `\` at or after `from`, eight bytes at a
+/// time: string contents are most of a Node's bytes.
+fn next_quote_or_backslash(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().ok()?);
+        let mask = matches(word, b'"') | matches(word, b'\\');
+        if mask != 0 {
+            return Some(i + (mask.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    bytes
+        .get(i..)?
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|p| i + p)
+}
+
+/// The offset just after the object or array opening at `at`. Only its
+/// own bracket kind is counted: in well-formed JSON each kind balances on
+/// its own.
+fn container_end(bytes: &[u8], at: usize, open: u8, close: u8) -> Result<usize, ScanError> {
+    let mut depth = 0usize;
+    let mut i = at;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'"' {
+            i = string_end(bytes, i)?;
+            continue;
+        }
+        if b == open {
+            depth += 1;
+        } else if b == close {
+            depth = depth.saturating_sub(1);
+            if depth == 0 {
+                return Ok(i + 1);
+            }
+        }
+        i += 1;
+    }
+    Err(error("a closing bracket", at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn parse(body: &str) -> Result<ArgsSpans<'_>, ScanError> {
+        args(body)
+    }
+
+    #[test]
+    fn finds_pod_nodes_and_names() {
+        let body = r#" {"Pod":{"metadata":{"name":"p","annotations":{"a":"}{\"]["}}},
+            "Nodes":{"metadata":{},"items":[{"metadata":{"name":"n1"}}, {"metadata":{"name":"n\u0032"},"status":{"images":[{"names":["x"]}]}}]},
+            "NodeNames":null} "#;
+        let spans = parse(body).unwrap();
+        let pod: Value = serde_json::from_str(spans.pod.unwrap()).unwrap();
+        assert_eq!(pod["metadata"]["annotations"]["a"], "}{\"][");
+        let nodes = spans.nodes.unwrap();
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(nodes[0], r#"{"metadata":{"name":"n1"}}"#);
+        let second: Value = serde_json::from_str(nodes[1]).unwrap();
+        assert_eq!(second["metadata"]["name"], "n2");
+        assert_eq!(spans.node_names, Some("null"));
+    }
+
+    #[test]
+    fn keys_match_case_insensitively_and_unknown_keys_are_skipped() {
+        let body = r#"{"extra":[1,{"x":[2]}],"pod":{},"nodenames":["a","b"],"nodes":null,"n":-1.5e3,"t":true}"#;
+        let spans = parse(body).unwrap();
+        assert_eq!(spans.pod, Some("{}"));
+        assert_eq!(spans.node_names, Some(r#"["a","b"]"#));
+        assert_eq!(spans.nodes, None);
+    }
+
+    #[test]
+    fn empty_and_null_items() {
+        assert_eq!(
+            parse(r#"{"Nodes":{"items":null}}"#).unwrap().nodes,
+            Some(vec![])
+        );
+        assert_eq!(
+            parse(r#"{"Nodes":{"items":[]}}"#).unwrap().nodes,
+            Some(vec![])
+        );
+        assert_eq!(parse(r#"{"Nodes":{}}"#).unwrap().nodes, Some(vec![]));
+        assert_eq!(parse("{}").unwrap(), ArgsSpans::default());
+    }
+
+    #[test]
+    fn matches_serde_on_generated_requests() {
+        for count in [0, 1, 7] {
+            let items: Vec<Value> = (0..count)
+                .map(|i| {
+                    json!({"metadata": {"name": format!("n{i}"), "labels": {"k\"{": "v]\\"}},
+                           "status": {"images": [{"names": ["a", "b\\\"}"]}], "n": [1.5, null, false]}})
+                })
+                .collect();
+            let request = json!({"Pod": {"metadata": {"name": "p"}}, "Nodes": {"metadata": {}, "items": items}});
+            for body in [
+                request.to_string(),
+                serde_json::to_string_pretty(&request).unwrap(),
+            ] {
+                let spans = parse(&body).unwrap();
+                let parsed: Vec<Value> = spans
+                    .nodes
+                    .unwrap()
+                    .iter()
+                    .map(|item| serde_json::from_str(item).unwrap())
+                    .collect();
+                assert_eq!(parsed, items);
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_bodies_are_errors_not_panics() {
+        for body in [
+            "",
+            "   ",
+            "[]",
+            "{",
+            "{\"Pod\"",
+            "{\"Pod\":",
+            "{\"Pod\":}",
+            "{\"Pod\":{}",
+            "{\"Pod\":{} x",
+            "{\"Pod\":\"unterminated}",
+            "{\"Pod\":\"ends in backslash\\",
+            "{\"Nodes\":{\"items\":[{\"a\":1},]}}",
+            "{\"Nodes\":{\"items\":[{\"a\":1}}}",
+            "{\"Nodes\":{\"items\":{}}}",
+            "{\"Nodes\":[]}",
+            "{Pod:{}}",
+            "{\"Pod\":{}}}",
+            "{\"a\" 1}",
+        ] {
+            assert!(parse(body).is_err(), "{body:?}");
+        }
+    }
+
+    #[test]
+    fn arbitrary_prefixes_never_panic() {
+        let body = json!({"Pod": {"metadata": {"name": "p\\\"x"}},
+                          "Nodes": {"items": [{"metadata": {"name": "a"}}, {"b": [1, "]"]}]}})
+        .to_string();
+        for end in 0..body.len() {
+            let _ = parse(&body[..end]);
+        }
+    }
+}
