@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use flexinfer_operator::local::{ModelStatus, Phase};
 use tokio::sync::{oneshot, watch};
 
 use crate::errors::ApiError;
@@ -17,21 +18,10 @@ use crate::errors::ApiError;
 /// Seconds a client is told to wait after a full queue.
 pub const QUEUE_FULL_RETRY_AFTER: u64 = 5;
 
-/// Whether a model can take requests, as the queue needs to know it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Readiness {
-    /// Stopped, starting or stopping.
-    NotReady,
-    /// Serving.
-    Ready,
-    /// Could not start or crashed; the text says why.
-    Failed(String),
-}
-
 /// Whoever starts, stops and reports on models.
 pub trait ModelLifecycle: Send + Sync + 'static {
     /// Readiness of a managed model; `None` when the model is not managed (always ready).
-    fn status(&self, model: &str) -> Option<watch::Receiver<Readiness>>;
+    fn status(&self, model: &str) -> Option<watch::Receiver<ModelStatus>>;
     /// Asks for the model to run (idempotent; one activation at a time).
     fn activate(&self, model: &str);
     /// Reports how many requests wait for the model.
@@ -75,7 +65,10 @@ struct ModelQueue {
 
 impl ModelQueue {
     fn len(&self) -> usize {
-        self.waiters.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Releases every waiter, oldest first.
@@ -101,15 +94,19 @@ impl ModelQueue {
     /// in arrival order when it turns ready (or failed). A failure that was
     /// already reported when watching began is stale: the activation that
     /// queued these requests retries it, so only a new failure counts.
-    async fn watch(self: Arc<Self>, model: String, mut status: watch::Receiver<Readiness>) {
+    async fn watch(self: Arc<Self>, model: String, mut status: watch::Receiver<ModelStatus>) {
         let mut first = true;
         loop {
-            let now = status.borrow_and_update().clone();
-            match now {
-                Readiness::Ready => self.release(&Ok(())),
-                Readiness::Failed(why) if !first => {
-                    self.release(&Err(ApiError::activation_failed(&model, &why)))
-                }
+            let (phase, message) = {
+                let now = status.borrow_and_update();
+                (now.phase, now.message.clone())
+            };
+            match phase {
+                Phase::Ready => self.release(&Ok(())),
+                Phase::Failed if !first => self.release(&Err(ApiError::activation_failed(
+                    &model,
+                    message.as_deref().unwrap_or("the model process failed"),
+                ))),
                 _ => {}
             }
             first = false;
@@ -122,7 +119,10 @@ impl ModelQueue {
                 }
             }
             if status.changed().await.is_err() {
-                self.release(&Err(ApiError::activation_failed(&model, "model was removed")));
+                self.release(&Err(ApiError::activation_failed(
+                    &model,
+                    "model was removed",
+                )));
                 self.watcher_running.store(false, Ordering::SeqCst);
                 return;
             }
@@ -195,11 +195,15 @@ impl ActivationQueues {
     /// `cold_start` is the model's own cold-start timeout, if it has one; the
     /// wait is bounded by the largest of it, the queue timeout and the default
     /// cold-start timeout.
-    pub async fn admit(&self, model: &str, cold_start: Option<Duration>) -> Result<Admission, ApiError> {
+    pub async fn admit(
+        &self,
+        model: &str,
+        cold_start: Option<Duration>,
+    ) -> Result<Admission, ApiError> {
         let Some(status) = self.lifecycle.status(model) else {
             return Ok(Admission::Ready);
         };
-        if *status.borrow() == Readiness::Ready {
+        if status.borrow().phase == Phase::Ready {
             self.lifecycle.touch(model);
             return Ok(Admission::Ready);
         }
@@ -251,25 +255,34 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
-    /// A lifecycle whose readiness the test sets by hand.
+    /// A lifecycle whose phase the test sets by hand.
     struct Manual {
-        tx: watch::Sender<Readiness>,
+        tx: watch::Sender<ModelStatus>,
         activations: AtomicUsize,
         demand: Mutex<Vec<u32>>,
     }
 
     impl Manual {
-        fn new(r: Readiness) -> Arc<Self> {
+        fn new(phase: Phase) -> Arc<Self> {
             Arc::new(Self {
-                tx: watch::channel(r).0,
+                tx: watch::channel(status(phase)).0,
                 activations: AtomicUsize::new(0),
                 demand: Mutex::new(Vec::new()),
             })
         }
     }
 
+    fn status(phase: Phase) -> ModelStatus {
+        ModelStatus {
+            phase,
+            endpoint: None,
+            message: Some("boom".into()),
+            since: std::time::SystemTime::now(),
+        }
+    }
+
     impl ModelLifecycle for Manual {
-        fn status(&self, model: &str) -> Option<watch::Receiver<Readiness>> {
+        fn status(&self, model: &str) -> Option<watch::Receiver<ModelStatus>> {
             (model == "m").then(|| self.tx.subscribe())
         }
         fn activate(&self, _model: &str) {
@@ -300,7 +313,7 @@ mod tests {
 
     #[tokio::test]
     async fn unmanaged_and_ready_models_pass_without_queueing() {
-        let l = Manual::new(Readiness::Ready);
+        let l = Manual::new(Phase::Ready);
         let q = queues(l.clone(), 1, 100);
         assert_eq!(q.admit("other", None).await, Ok(Admission::Ready));
         assert_eq!(q.admit("m", None).await, Ok(Admission::Ready));
@@ -309,7 +322,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiters_are_released_in_arrival_order_when_ready() {
-        let l = Manual::new(Readiness::NotReady);
+        let l = Manual::new(Phase::Idle);
         let q = queues(l.clone(), 10, 5_000);
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
@@ -324,7 +337,7 @@ mod tests {
                 tokio::task::yield_now().await;
             }
         }
-        l.tx.send_replace(Readiness::Ready);
+        l.tx.send_replace(status(Phase::Ready));
         for t in tasks {
             assert!(matches!(t.await.unwrap(), Ok(Admission::Waited(_))));
         }
@@ -335,7 +348,7 @@ mod tests {
 
     #[tokio::test]
     async fn full_queue_timeout_and_failure() {
-        let l = Manual::new(Readiness::NotReady);
+        let l = Manual::new(Phase::Idle);
         let q = queues(l.clone(), 1, 200);
         let first = {
             let q = q.clone();
@@ -348,7 +361,10 @@ mod tests {
         assert_eq!((full.status, full.code), (503, "queue_full"));
         assert_eq!(full.retry_after, Some(QUEUE_FULL_RETRY_AFTER));
         let timed_out = first.await.unwrap().unwrap_err();
-        assert_eq!((timed_out.status, timed_out.code), (503, "activation_timeout"));
+        assert_eq!(
+            (timed_out.status, timed_out.code),
+            (503, "activation_timeout")
+        );
         assert_eq!(q.depth("m"), 0, "a timed-out request leaves the queue");
 
         let waiter = {
@@ -358,7 +374,7 @@ mod tests {
         while q.depth("m") < 1 {
             tokio::task::yield_now().await;
         }
-        l.tx.send_replace(Readiness::Failed("boom".into()));
+        l.tx.send_replace(status(Phase::Failed));
         let failed = waiter.await.unwrap().unwrap_err();
         assert_eq!((failed.status, failed.code), (503, "activation_failed"));
         assert!(failed.message.contains("boom"), "{}", failed.message);
@@ -366,7 +382,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failure_reported_before_queueing_is_retried_not_returned() {
-        let l = Manual::new(Readiness::Failed("crashed earlier".into()));
+        let l = Manual::new(Phase::Failed);
         let q = queues(l.clone(), 5, 5_000);
         let t = {
             let q = q.clone();
@@ -376,14 +392,14 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(l.activations.load(Ordering::SeqCst), 1);
-        l.tx.send_replace(Readiness::NotReady);
-        l.tx.send_replace(Readiness::Ready);
+        l.tx.send_replace(status(Phase::Loading));
+        l.tx.send_replace(status(Phase::Ready));
         assert!(matches!(t.await.unwrap(), Ok(Admission::Waited(_))));
     }
 
     #[tokio::test]
     async fn dropped_request_leaves_the_queue() {
-        let l = Manual::new(Readiness::NotReady);
+        let l = Manual::new(Phase::Idle);
         let q = queues(l.clone(), 5, 5_000);
         let t = {
             let q = q.clone();

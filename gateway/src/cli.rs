@@ -145,7 +145,11 @@ pub struct Cli {
 
     /// Log filter (e.g. `info`, `flexinfer_gateway=debug`); RUST_LOG wins when set.
     /// The default silences a benign connection-pool race that Pingora logs as an error.
-    #[arg(long, env = "PROXY_LOG_LEVEL", default_value = "info,pingora_core::connectors=off")]
+    #[arg(
+        long,
+        env = "PROXY_LOG_LEVEL",
+        default_value = "info,pingora_core::connectors=off"
+    )]
     pub log_level: String,
 }
 

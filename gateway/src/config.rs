@@ -384,8 +384,9 @@ impl ModelTable {
 fn duration(field: &str, value: Option<&str>) -> Result<Option<Duration>, ConfigError> {
     value
         .map(|v| {
-            humantime::parse_duration(v.trim())
-                .map_err(|e| ConfigError::Invalid(format!("{field}: '{v}' is not a duration ({e})")))
+            humantime::parse_duration(v.trim()).map_err(|e| {
+                ConfigError::Invalid(format!("{field}: '{v}' is not a duration ({e})"))
+            })
         })
         .transpose()
 }
@@ -393,7 +394,11 @@ fn duration(field: &str, value: Option<&str>) -> Result<Option<Duration>, Config
 fn local_process(spec: &ModelSpec) -> Result<Option<LocalProcess>, ConfigError> {
     let name = &spec.name;
     let Some(command) = spec.command.clone() else {
-        if spec.port.is_some() || !spec.args.is_empty() || spec.serverless.is_some() || spec.gpu.is_some() {
+        if spec.port.is_some()
+            || !spec.args.is_empty()
+            || spec.serverless.is_some()
+            || spec.gpu.is_some()
+        {
             return Err(ConfigError::Invalid(format!(
                 "model '{name}': port, args, serverless and gpu apply only to models with a command"
             )));
@@ -406,7 +411,9 @@ fn local_process(spec: &ModelSpec) -> Result<Option<LocalProcess>, ConfigError> 
         )));
     }
     let port = spec.port.filter(|p| *p > 0).ok_or_else(|| {
-        ConfigError::Invalid(format!("model '{name}': a model with a command needs a port"))
+        ConfigError::Invalid(format!(
+            "model '{name}': a model with a command needs a port"
+        ))
     })?;
     let health_path = spec.health.clone().unwrap_or_else(|| "/health".to_string());
     if !health_path.starts_with('/') {
@@ -538,7 +545,10 @@ models:
         assert_eq!(l.idle_timeout, Duration::from_secs(120));
         assert_eq!(l.cold_start_timeout, Some(Duration::from_secs(90)));
         assert_eq!((l.shared_group.as_deref(), l.priority), (Some("gpu0"), 5));
-        assert_eq!(t.models[0].upstreams[0].addr, "127.0.0.1:18001".parse().unwrap());
+        assert_eq!(
+            t.models[0].upstreams[0].addr,
+            "127.0.0.1:18001".parse().unwrap()
+        );
         assert_eq!(t.sharing.swap_cooldown, Duration::from_secs(30));
         assert_eq!(t.sharing.demand_window, Duration::from_secs(120));
         for bad in [

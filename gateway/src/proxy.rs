@@ -264,14 +264,24 @@ impl Gateway {
     async fn admin_models(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         if session.req_header().method != http::Method::GET {
             let m = session.req_header().method.to_string();
-            return self.reject(session, ctx, ApiError::method_not_allowed(&m)).await;
+            return self
+                .reject(session, ctx, ApiError::method_not_allowed(&m))
+                .await;
         }
         let report = match &self.activation {
             Some(q) => q.lifecycle().report(),
             None => serde_json::json!({"models": [], "groups": []}),
         };
         let body = serde_json::to_vec(&report).unwrap_or_default();
-        respond(session, ctx, 200, "application/json", Bytes::from(body), &[]).await?;
+        respond(
+            session,
+            ctx,
+            200,
+            "application/json",
+            Bytes::from(body),
+            &[],
+        )
+        .await?;
         Ok(true)
     }
 
@@ -476,53 +486,116 @@ impl Gateway {
             .build();
         let (prepared, handle) = spawner.create_subrequest(session.as_downstream(), sub_ctx);
         let start = ctx.start.unwrap_or_else(Instant::now);
-        let mut status = 0u16;
-        let mut ttfb: Option<Duration> = None;
-        let mut bytes = 0u64;
+        let mut relay = Relayed::default();
         let input = if body.is_empty() {
             InputBody::NoBody
         } else {
             InputBody::Bytes(vec![body])
         };
-        let result = pipe_subrequest(
+        let mut result = pipe_subrequest(
             session,
             prepared,
             handle,
             |task| {
-                match &task {
-                    HttpTask::Header(h, _) => {
-                        status = h.status.as_u16();
-                        ttfb.get_or_insert_with(|| start.elapsed());
-                    }
-                    HttpTask::Body(Some(b), _) => bytes += b.len() as u64,
-                    _ => {}
-                }
+                relay.observe(&task, start);
                 Ok(Some(task))
             },
             InputBodyType::Preset(input),
         )
         .await;
-        ctx.response_bytes += bytes;
-        if let Some(t) = ttfb {
+        // A subrequest that fails answers for itself (`fail_to_proxy`) and
+        // also reports the failure on a separate channel, which can overtake
+        // that answer. Relay whatever it wrote before deciding what the
+        // client gets, so that it gets that answer, whole.
+        let mut tasks = Vec::new();
+        if let Err(e) = &mut result {
+            if let Some(rx) = e.state.pipe_rx.as_mut().filter(|_| e.from_subreq) {
+                while !relay.complete {
+                    match tokio::time::timeout(SUBREQUEST_DRAIN_TIMEOUT, rx.recv()).await {
+                        Ok(Some(task)) => {
+                            relay.observe(&task, start);
+                            tasks.push(task);
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        let relayed = if tasks.is_empty() {
+            Ok(false)
+        } else {
+            session.write_response_tasks(tasks).await
+        };
+        ctx.response_bytes += relay.bytes;
+        if let Some(t) = relay.ttfb {
             self.metrics
                 .ttfb
                 .with_label_values(&[Self::model_label(ctx)])
                 .observe(t.as_secs_f64());
             ctx.ttfb_seen = true;
         }
+        if relay.status != 0 {
+            ctx.status = relay.status;
+        }
+        relayed?;
         match result {
-            Ok(_) => {
-                ctx.status = status;
-                Ok(true)
-            }
-            Err(e) if !e.state.header_received => {
+            Ok(_) => Ok(true),
+            // The subrequest answered in full (an error of its own, such as
+            // 502 or 503): the client connection stays usable.
+            Err(e) if e.from_subreq && relay.complete => Ok(true),
+            Err(e) if relay.status == 0 => {
                 let err = classify_upstream_error(&e.error);
                 self.reject(session, ctx, err).await
             }
-            Err(e) => {
-                ctx.status = status;
-                Err(e.error)
+            // Failed mid-response: the client must see the response cut.
+            Err(e) => Err(e.error),
+        }
+    }
+}
+
+/// Longest wait for the rest of a failed subrequest's answer; it is normally
+/// already queued when the failure is reported.
+const SUBREQUEST_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What has been relayed to the client from a subrequest.
+#[derive(Default)]
+struct Relayed {
+    status: u16,
+    ttfb: Option<Duration>,
+    bytes: u64,
+    /// Content-Length of the answer, when it has one.
+    length: Option<u64>,
+    /// The answer ended: marked so, or all of its Content-Length was
+    /// relayed (a subrequest that failed never marks the end of the answer
+    /// its `fail_to_proxy` wrote).
+    complete: bool,
+}
+
+impl Relayed {
+    fn observe(&mut self, task: &HttpTask, start: Instant) {
+        match task {
+            HttpTask::Header(h, end) => {
+                // Interim (1xx) headers are not the answer.
+                if !h.status.is_informational() {
+                    self.status = h.status.as_u16();
+                    self.ttfb.get_or_insert_with(|| start.elapsed());
+                    self.length = h
+                        .headers
+                        .get(header::CONTENT_LENGTH)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse().ok());
+                    self.complete |= *end;
+                }
             }
+            HttpTask::Body(b, end) => {
+                self.bytes += b.as_ref().map_or(0, |b| b.len() as u64);
+                self.complete |= *end;
+            }
+            HttpTask::Trailer(_) | HttpTask::Done => self.complete = true,
+            HttpTask::UpgradedBody(..) | HttpTask::Failed(_) => {}
+        }
+        if self.status != 0 && self.length.is_some_and(|n| self.bytes >= n) {
+            self.complete = true;
         }
     }
 }

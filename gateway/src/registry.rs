@@ -199,11 +199,16 @@ impl FileRegistry {
     /// Loads the file at `path`.
     pub fn load(path: &Path, limits: LimitSettings) -> Result<Self, ConfigError> {
         let table = ModelTable::load(path)?;
-        Ok(Self {
+        Ok(Self::with_table(path, &table, limits))
+    }
+
+    /// A registry over `table`, already loaded from `path` (reloaded from it later).
+    pub fn with_table(path: &Path, table: &ModelTable, limits: LimitSettings) -> Self {
+        Self {
             path: Some(path.to_path_buf()),
-            table: ArcSwap::from_pointee(RouteTable::build(&table, &limits, None)),
+            table: ArcSwap::from_pointee(RouteTable::build(table, &limits, None)),
             limits,
-        })
+        }
     }
 
     /// A registry over an in-memory table (no file to reload).

@@ -15,8 +15,11 @@ use pingora_core::services::background::{background_service, BackgroundService};
 use pingora_core::services::listening::Service;
 use tokio::sync::Notify;
 
+use crate::activation::{ActivationQueues, QueueSettings};
 use crate::auth::Auth;
 use crate::cli::Cli;
+use crate::config::ModelTable;
+use crate::local::EmbeddedOperator;
 use crate::metrics::Metrics;
 use crate::proxy::{Gateway, ProxySettings};
 use crate::ratelimit::{LimitSettings, RouteLimiter};
@@ -25,6 +28,7 @@ use crate::registry::FileRegistry;
 /// A configured gateway, ready to run.
 pub struct GatewayServer {
     server: Server,
+    operator: Option<EmbeddedOperator>,
     draining: Arc<AtomicBool>,
     drain_delay: Duration,
     /// The model registry the proxy reads.
@@ -41,7 +45,9 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         (cli.rate_limit_global, cli.rate_limit_global_burst),
         (cli.rate_limit_per_model, cli.rate_limit_burst),
     );
-    let registry = Arc::new(FileRegistry::load(&cli.config, limits)?);
+    let table = ModelTable::load(&cli.config)?;
+    let registry = Arc::new(FileRegistry::with_table(&cli.config, &table, limits));
+    let operator = EmbeddedOperator::start(&table)?;
     let auth = if cli.auth_enabled {
         let mut tokens: Vec<String> = cli
             .auth_token
@@ -97,7 +103,7 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let gateway = Gateway::new(
+    let mut gateway = Gateway::new(
         registry.clone(),
         auth,
         global_limiter,
@@ -105,6 +111,17 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         settings,
         draining.clone(),
     );
+    if let Some(op) = &operator {
+        let queues = ActivationQueues::new(
+            op.lifecycle(),
+            QueueSettings {
+                max_queue: cli.max_queue_size,
+                queue_timeout: cli.queue_timeout,
+                cold_start_timeout: cli.cold_start_timeout,
+            },
+        );
+        gateway = gateway.with_activation(Arc::new(queues));
+    }
     let mut proxy = pingora_proxy::http_proxy_service_with_name(
         &server.configuration,
         gateway,
@@ -132,6 +149,7 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
 
     Ok(GatewayServer {
         server,
+        operator,
         draining,
         drain_delay: cli.shutdown_drain_delay,
         registry,
@@ -164,6 +182,10 @@ impl GatewayServer {
         self.server.run(RunArgs {
             shutdown_signal: Box::new(watch),
         });
+        if let Some(op) = self.operator {
+            tracing::info!("stopping local model processes");
+            op.shutdown();
+        }
     }
 }
 

@@ -11,7 +11,8 @@ use support::{endpoints, last_recorded, pod, post_json, sha256_hex, Gateway};
 /// A chat body of exactly `len` bytes naming `model`, its content one long
 /// word (the simulator counts words as prompt tokens).
 fn sized_chat(model: &str, len: usize) -> String {
-    let head = format!(r#"{{"model":"{model}","max_tokens":1,"messages":[{{"role":"user","content":""#);
+    let head =
+        format!(r#"{{"model":"{model}","max_tokens":1,"messages":[{{"role":"user","content":""#);
     let tail = r#""}]}"#;
     let filler = len - head.len() - tail.len();
     let word: String = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -125,7 +126,10 @@ async fn chunked_body_over_the_limit_is_413_and_the_limit_itself_passes() {
     let answer =
         support::raw_exchange(gw.addr, request.as_bytes(), "}}", Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
-    assert!(answer.contains("\"code\":\"request_too_large\""), "{answer}");
+    assert!(
+        answer.contains("\"code\":\"request_too_large\""),
+        "{answer}"
+    );
     assert_eq!(support::recorded(&sim).await.len(), 2);
 }
 

@@ -176,7 +176,12 @@ async fn unknown_model_is_404_from_every_source() {
             &[("x-model-id", "gpt-5")],
         )
         .await,
-        post_json(&gw.url("/model/gpt-5/v1/chat/completions"), &chat_body("m"), &[]).await,
+        post_json(
+            &gw.url("/model/gpt-5/v1/chat/completions"),
+            &chat_body("m"),
+            &[],
+        )
+        .await,
         support::client()
             .get(gw.url("/model/gpt-5/v1/models"))
             .send()
@@ -188,10 +193,7 @@ async fn unknown_model_is_404_from_every_source() {
         assert_eq!(status, 404);
         let err = assert_openai_error(&body, "model_not_found");
         assert_eq!(err["param"], "model");
-        assert!(
-            err["message"].as_str().unwrap().contains("gpt-5"),
-            "{body}"
-        );
+        assert!(err["message"].as_str().unwrap().contains("gpt-5"), "{body}");
     }
     assert!(support::recorded(&sim).await.is_empty());
 }
@@ -203,40 +205,36 @@ async fn requests_without_a_usable_model_are_400() {
     let gw = Gateway::start(&yaml, &[]);
     let url = gw.url("/v1/chat/completions");
 
-    let cases: Vec<(&str, Vec<u8>, Vec<(&str, &str)>, &str)> = vec![
+    // (what, body, expected error code)
+    let cases: Vec<(&str, &[u8], &str)> = vec![
         (
             "no model anywhere",
-            br#"{"messages":[{"role":"user","content":"hi"}]}"#.to_vec(),
-            vec![],
+            br#"{"messages":[{"role":"user","content":"hi"}]}"#,
             "missing_required_field",
         ),
         (
             "broken JSON",
-            br#"{"model":"m","messages":["#.to_vec(),
-            vec![],
+            br#"{"model":"m","messages":["#,
             "invalid_request_error",
         ),
         (
             "model is not a string",
-            br#"{"model":42,"messages":[]}"#.to_vec(),
-            vec![],
+            br#"{"model":42,"messages":[]}"#,
             "invalid_field_value",
         ),
         (
             "model that walks up a path",
-            br#"{"model":"../etc/passwd","messages":[]}"#.to_vec(),
-            vec![],
+            br#"{"model":"../etc/passwd","messages":[]}"#,
             "invalid_field_value",
         ),
         (
             "model key twice",
-            br#"{"model":"m","model":"m","messages":[]}"#.to_vec(),
-            vec![],
+            br#"{"model":"m","model":"m","messages":[]}"#,
             "invalid_field_value",
         ),
     ];
-    for (what, body, headers, code) in &cases {
-        let resp = post_json(&url, body, headers).await;
+    for (what, body, code) in cases {
+        let resp = post_json(&url, body, &[]).await;
         let (status, _, body) = error_of(resp).await;
         assert_eq!(status, 400, "{what}: {body}");
         assert_openai_error(&body, code);
@@ -260,7 +258,10 @@ async fn requests_without_a_usable_model_are_400() {
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    assert!(answer.contains("\"code\":\"invalid_field_value\""), "{answer}");
+    assert!(
+        answer.contains("\"code\":\"invalid_field_value\""),
+        "{answer}"
+    );
 
     // A multipart form without a model field.
     let form = support::multipart(

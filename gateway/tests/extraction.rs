@@ -151,7 +151,10 @@ async fn header_beats_path_beats_json_body() {
     assert_eq!(seen["model"], "json-backend");
     assert_eq!(
         seen["body_sha256"],
-        sha256_hex(body.replacen("\"json-model\"", "\"json-backend\"", 1).as_bytes())
+        sha256_hex(
+            body.replacen("\"json-model\"", "\"json-backend\"", 1)
+                .as_bytes()
+        )
     );
     assert_eq!(support::recorded(fx.sim("form")).await.len(), 0);
 }
@@ -204,7 +207,8 @@ async fn path_prefix_is_stripped_and_query_kept() {
 
     // Buffered (JSON) request.
     let resp = post_json(
-        &fx.gw.url("/model/path-model/v1/chat/completions?api-version=2024-06-01&tag=a%2Fb"),
+        &fx.gw
+            .url("/model/path-model/v1/chat/completions?api-version=2024-06-01&tag=a%2Fb"),
         chat_body("").as_bytes(),
         &[],
     )
@@ -219,7 +223,10 @@ async fn path_prefix_is_stripped_and_query_kept() {
     // Streamed-through request (no body to read): the simulator echoes the
     // record of what it received.
     let resp = support::client()
-        .get(fx.gw.url("/model/path-model/v1/deep/echo/path?x=1&y=&z=%20"))
+        .get(
+            fx.gw
+                .url("/model/path-model/v1/deep/echo/path?x=1&y=&z=%20"),
+        )
         .send()
         .await
         .unwrap();
@@ -238,7 +245,10 @@ async fn path_prefix_is_stripped_and_query_kept() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let echo: Value = resp.json().await.unwrap();
-    assert_eq!((echo["path"].as_str(), echo["query"].as_str()), (Some("/"), Some("only=query")));
+    assert_eq!(
+        (echo["path"].as_str(), echo["query"].as_str()),
+        (Some("/"), Some("only=query"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,7 +257,8 @@ async fn json_rewrite_changes_only_the_top_level_model() {
     // Odd spacing, key order, escapes and nested `model` keys: only the
     // top-level value may change, every other byte must reach the backend.
     let head = "{ \"messages\" : [ {\"role\":\"user\",\"content\":\"say \\\"model\\\": \\\"json-model\\\" \\u00e9\u{1F600}\",\"model\":\"inner\"} ],\n\t\"model\" :\t";
-    let tail = " , \"max_tokens\":2 ,\"metadata\":{\"model\":\"json-model\"}, \"temperature\": 0.50 }";
+    let tail =
+        " , \"max_tokens\":2 ,\"metadata\":{\"model\":\"json-model\"}, \"temperature\": 0.50 }";
     let sent = format!("{head}\"json-model\"{tail}");
     let expected = format!("{head}\"json-backend\"{tail}");
     let resp = post_json(&fx.gw.url("/v1/chat/completions"), sent.as_bytes(), &[]).await;
@@ -256,7 +267,10 @@ async fn json_rewrite_changes_only_the_top_level_model() {
     assert_eq!(seen["model"], "json-backend");
     assert_eq!(seen["body_len"], expected.len());
     assert_eq!(seen["body_sha256"], sha256_hex(expected.as_bytes()));
-    assert_eq!(seen["headers"]["content-length"], expected.len().to_string());
+    assert_eq!(
+        seen["headers"]["content-length"],
+        expected.len().to_string()
+    );
 
     // A body already naming the backend is forwarded as it is.
     let same = chat_body("json-backend");
@@ -404,7 +418,10 @@ async fn request_id_is_echoed_and_forwarded() {
         let resp = post_json(&fx.gw.url("/v1/chat/completions"), body.as_bytes(), &[]).await;
         let id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
         assert!(!id.is_empty());
-        assert_eq!(last_recorded(fx.sim("json")).await["headers"]["x-request-id"], id);
+        assert_eq!(
+            last_recorded(fx.sim("json")).await["headers"]["x-request-id"],
+            id
+        );
         assert!(ids.insert(id), "request ids repeat");
     }
 }

@@ -23,9 +23,12 @@ fn model_yaml(routing: &str, sims: &[&SimProcess]) -> String {
     )
 }
 
-/// Sends `bodies` (with their headers) concurrently, a few at a time, and
+/// A request body and its extra headers.
+type Request = (Vec<u8>, Vec<(String, String)>);
+
+/// Sends `requests` (bodies with their headers) concurrently, a few at a time, and
 /// returns which pod served each, in order.
-async fn serve_all(gw: &Gateway, requests: Vec<(Vec<u8>, Vec<(String, String)>)>) -> Vec<String> {
+async fn serve_all(gw: &Gateway, requests: Vec<Request>) -> Vec<String> {
     let url = gw.url("/v1/chat/completions");
     let mut out: Vec<(usize, String)> = stream::iter(requests.into_iter().enumerate())
         .map(|(i, (body, headers))| {
@@ -47,7 +50,7 @@ async fn serve_all(gw: &Gateway, requests: Vec<(Vec<u8>, Vec<(String, String)>)>
     out.into_iter().map(|(_, pod)| pod).collect()
 }
 
-fn session_requests(sessions: impl Iterator<Item = String>) -> Vec<(Vec<u8>, Vec<(String, String)>)> {
+fn session_requests(sessions: impl Iterator<Item = String>) -> Vec<Request> {
     let body = serde_json::to_vec(&support::chat("m")).unwrap();
     sessions
         .map(|s| (body.clone(), vec![("x-session-id".to_owned(), s)]))
@@ -61,10 +64,17 @@ async fn session_affinity_pins_a_session_and_spreads_sessions() {
     let gw = Gateway::start(&model_yaml("session-affinity", &refs), &[]);
 
     // 200 requests of one session: one pod.
-    let served = serve_all(&gw, session_requests((0..200).map(|_| "session-one".to_owned()))).await;
+    let served = serve_all(
+        &gw,
+        session_requests((0..200).map(|_| "session-one".to_owned())),
+    )
+    .await;
     let first = served[0].clone();
     assert!(PODS.contains(&first.as_str()), "{first}");
-    assert!(served.iter().all(|p| *p == first), "one session moved: {served:?}");
+    assert!(
+        served.iter().all(|p| *p == first),
+        "one session moved: {served:?}"
+    );
 
     // 200 sessions: every pod within ±50% of an even share (50).
     let served = serve_all(&gw, session_requests((0..200).map(|i| format!("user-{i}")))).await;
@@ -75,7 +85,10 @@ async fn session_affinity_pins_a_session_and_spreads_sessions() {
     println!("200 sessions over 4 pods: {counts:?}");
     for p in PODS {
         let n = counts.get(p).copied().unwrap_or(0);
-        assert!((25..=75).contains(&n), "{p} got {n} of 200 sessions: {counts:?}");
+        assert!(
+            (25..=75).contains(&n),
+            "{p} got {n} of 200 sessions: {counts:?}"
+        );
     }
 
     // The conversation itself keys a client that sends no session id: its
@@ -115,13 +128,19 @@ async fn prefix_routing_keeps_a_prefix_on_one_pod() {
         (serde_json::to_vec(&body).unwrap(), vec![])
     };
     // One long shared system prompt, many different questions: one pod.
-    let system = "You are the support assistant of Example Corp. Answer from the manual. ".repeat(4);
+    let system =
+        "You are the support assistant of Example Corp. Answer from the manual. ".repeat(4);
     let served = serve_all(
         &gw,
-        (0..40).map(|i| request(&system, &format!("question number {i}?"))).collect(),
+        (0..40)
+            .map(|i| request(&system, &format!("question number {i}?")))
+            .collect(),
     )
     .await;
-    assert!(served.iter().all(|p| *p == served[0]), "one prefix moved: {served:?}");
+    assert!(
+        served.iter().all(|p| *p == served[0]),
+        "one prefix moved: {served:?}"
+    );
 
     // Different prefixes do use different pods.
     let served = serve_all(
@@ -138,7 +157,10 @@ async fn prefix_routing_keeps_a_prefix_on_one_pod() {
     let keyed: Vec<_> = (0..20)
         .map(|i| {
             let (body, _) = request(&format!("system {i}"), "x");
-            (body, vec![("x-flexinfer-cache-key".to_owned(), "tenant-42".to_owned())])
+            (
+                body,
+                vec![("x-flexinfer-cache-key".to_owned(), "tenant-42".to_owned())],
+            )
         })
         .collect();
     let served = serve_all(&gw, keyed).await;
@@ -172,7 +194,10 @@ async fn removing_a_pod_moves_only_its_sessions() {
         .filter(|(b, _)| *b == "pod-d")
         .map(|(_, a)| a)
         .collect();
-    assert!(on_d < 4 || moved.len() >= 2, "pod-d's {on_d} sessions all went to {moved:?}");
+    assert!(
+        on_d < 4 || moved.len() >= 2,
+        "pod-d's {on_d} sessions all went to {moved:?}"
+    );
     assert_eq!(support::recorded(&sims[3]).await.len(), on_d);
 }
 
@@ -214,19 +239,24 @@ async fn least_loaded_sends_new_requests_to_the_idle_pod() {
         let body = if i % 3 == 0 { &stream_body } else { &chat };
         let resp = post_json(&url, body, &[]).await;
         assert_eq!(resp.status(), 200);
-        assert_eq!(served_by(&resp), "pod-b", "request {i} went to the busy pod");
+        assert_eq!(
+            served_by(&resp),
+            "pod-b",
+            "request {i} went to the busy pod"
+        );
         let _ = resp.bytes().await;
     }
 
     // Once A's streams end (the gateway notices at A's next token), A is a
     // candidate again: of two requests in a row, one goes to each idle pod.
-    drop(streams);
     let a_gauge = format!(
         "flexinfer_proxy_endpoint_active_connections{{endpoint=\"{}\",model=\"m\"}}",
         a.addr()
     );
+    assert_eq!(metric_value_now(&gw, &a_gauge).await, 10.0);
+    drop(streams);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while support::metric_value(&gw.metrics().await, &a_gauge) > 0.0 {
+    while metric_value_now(&gw, &a_gauge).await > 0.0 {
         assert!(Instant::now() < deadline, "A's streams never ended");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -237,4 +267,8 @@ async fn least_loaded_sends_new_requests_to_the_idle_pod() {
     }
     served.sort();
     assert_eq!(served, ["pod-a", "pod-b"]);
+}
+
+async fn metric_value_now(gw: &Gateway, series: &str) -> f64 {
+    support::metric_value(&gw.metrics().await, series)
 }

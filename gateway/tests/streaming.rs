@@ -105,7 +105,10 @@ async fn chunks_keep_the_backend_spacing() {
         "median gap {gap:?}: {gaps:?}"
     );
     assert!(span >= Duration::from_millis(450), "11 gaps in {span:?}");
-    let bunched = gaps.iter().filter(|g| **g < Duration::from_millis(10)).count();
+    let bunched = gaps
+        .iter()
+        .filter(|g| **g < Duration::from_millis(10))
+        .count();
     assert!(bunched <= 2, "{bunched} tokens arrived together: {gaps:?}");
 }
 
@@ -169,7 +172,8 @@ async fn a_backend_crash_mid_stream_reaches_the_client_as_an_error() {
     let yaml = format!("models:\n- name: m\n  endpoints: {}\n", endpoints(&[&sim]));
     let gw = Gateway::start(&yaml, &[]);
 
-    let resp = support::post_json(&gw.url("/v1/chat/completions"), &stream_body("m", 10), &[]).await;
+    let resp =
+        support::post_json(&gw.url("/v1/chat/completions"), &stream_body("m", 10), &[]).await;
     assert_eq!(resp.status(), 200);
     let mut body = resp.bytes_stream();
     let mut text = String::new();
@@ -194,8 +198,7 @@ async fn a_backend_crash_mid_stream_reaches_the_client_as_an_error() {
     assert_eq!(text.matches("\"content\":\"").count() - 1, 3, "{text}");
 
     // The gateway itself carries on.
-    let resp =
-        support::post_json(&gw.url("/v1/chat/completions"), &stream_body("m", 2), &[]).await;
+    let resp = support::post_json(&gw.url("/v1/chat/completions"), &stream_body("m", 2), &[]).await;
     assert_eq!(resp.status(), 200);
     let text = resp.text().await.unwrap();
     assert!(text.contains("[DONE]"));

@@ -71,7 +71,10 @@ async fn a_dead_endpoint_is_retried_on_a_live_one() {
             &gw.metrics().await,
             "flexinfer_proxy_upstream_retries_total{model=\"m\",reason=\"conn_refused\"}",
         );
-        assert!(retries >= 5.0, "{routing}: {retries} retries");
+        assert!(
+            retries > 0.0,
+            "{routing}: the dead endpoint was never tried"
+        );
     }
 }
 
@@ -115,6 +118,15 @@ async fn silent_upstream_is_504() {
     );
     // The request did reach the backend: this was not a connect failure.
     assert_eq!(support::recorded(&sim).await.len(), 1);
+
+    // The client connection survives a timeout.
+    let request = support::raw_post("/v1/chat/completions", &chat_body("m"), "");
+    let answers = support::keepalive_exchange(gw.addr, &[request.clone(), request]).await;
+    for answer in answers {
+        assert_eq!(answer.status, 504, "{answer:?}");
+        let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+        assert_openai_error(&body, "timeout");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,7 +177,10 @@ async fn upstream_failures_are_answered_in_full_on_a_kept_alive_connection() {
             .unwrap_or_else(|e| panic!("request {i}: {e}: {answer:?}"));
         assert_openai_error(&body, code);
         assert!(
-            answer.head.to_ascii_lowercase().contains(&format!("x-request-id: {id}")),
+            answer
+                .head
+                .to_ascii_lowercase()
+                .contains(&format!("x-request-id: {id}")),
             "request {i}: {answer:?}"
         );
     }

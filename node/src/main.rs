@@ -1,17 +1,147 @@
 //! `flexinfer-agent`: Node agent that discovers GPUs and labels the node
 
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
 use clap::Parser;
+use flexinfer_node::agent::{dry_run, Agent, Discovery};
+use flexinfer_node::config::AgentConfig;
+use flexinfer_node::labels::LabelKeys;
+use flexinfer_node::metrics::Metrics;
+use flexinfer_node::publish::NodePublisher;
 
 /// Node agent that discovers GPUs and labels the node
 #[derive(Parser, Debug)]
 #[command(name = "flexinfer-agent", version, about, long_about = LONG_ABOUT)]
-struct Cli {}
+struct Cli {
+    #[command(flatten)]
+    config: AgentConfig,
 
-const LONG_ABOUT: &str = "Discovers the node's accelerators (NVIDIA via NVML loaded at run time, AMD via sysfs/KFD, CPU features) and publishes them as flexinfer.ai/gpu.* labels and the flexinfer.ai/gpu-free-memory annotation that the operator and scheduler extender read.";
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
+    log_format: String,
+}
 
-fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    anyhow::bail!(
-        "flexinfer-agent is not available in this build yet; see --help for what it will do"
-    )
+const LONG_ABOUT: &str = "Discovers the node's accelerators (NVIDIA via NVML loaded at run time, AMD via sysfs/KFD, CPU features) every --interval and publishes them as flexinfer.ai/gpu.* labels and the flexinfer.ai/gpu-free-memory and flexinfer.ai/gpu.util annotations that the operator and scheduler extender read, patching its own Node (server-side apply) only when a value changes. Serves Prometheus metrics on --metrics-port.";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_tracing(&cli.log_format);
+    let config = cli.config;
+    let keys = LabelKeys::new(config.label_prefix.clone());
+    let mut discovery = Discovery::from_config(&config);
+
+    if config.dry_run {
+        let (inventory, desired) =
+            tokio::task::spawn_blocking(move || dry_run(&mut discovery, &keys)).await?;
+        let gpus: Vec<_> = inventory
+            .gpus
+            .iter()
+            .map(|gpu| {
+                serde_json::json!({
+                    "vendor": gpu.vendor.label(), "index": gpu.index, "model": gpu.model,
+                    "arch": gpu.arch, "vramTotalBytes": gpu.vram_total_bytes,
+                    "vramFreeBytes": gpu.vram_free_bytes, "utilizationPercent": gpu.utilization_percent,
+                    "temperatureCelsius": gpu.temperature_celsius,
+                })
+            })
+            .collect();
+        let report = serde_json::json!({
+            "gpus": gpus,
+            "cpu": {"avx512": inventory.cpu.avx512, "avx2": inventory.cpu.avx2,
+                    "cores": inventory.cpu.cores, "memoryBytes": inventory.cpu.memory_bytes},
+            "labels": desired.labels,
+            "annotations": desired.annotations,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+
+    let node_name = config
+        .node_name
+        .clone()
+        .filter(|name| !name.is_empty())
+        .context("NODE_NAME environment variable not set")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let metrics = Metrics::new();
+
+    let addr = SocketAddr::from(([0, 0, 0, 0], config.metrics_port));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    let served = metrics.clone();
+    let app = Router::new()
+        .route("/healthz", get(|| async { StatusCode::OK }))
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = served.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                        metrics.render(),
+                    )
+                        .into_response()
+                }
+            }),
+        );
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+    });
+
+    tracing::info!(
+        node = %node_name,
+        interval = ?config.interval,
+        prefix = %config.label_prefix,
+        metrics = %addr,
+        "flexinfer-agent started"
+    );
+    let publisher = NodePublisher::new(client, node_name.clone(), keys.clone());
+    Agent::new(node_name, keys, discovery, publisher, metrics)
+        .run(config.interval, shutdown_signal())
+        .await;
+    server.await?.context("serving metrics")?;
+    tracing::info!("flexinfer-agent stopped");
+    Ok(())
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
 }

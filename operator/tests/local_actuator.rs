@@ -390,6 +390,25 @@ async fn missing_command_fails_with_a_clear_message() {
 }
 
 #[tokio::test]
+async fn activity_alone_never_starts_a_model_but_queued_requests_do() {
+    let spec = shell("m", "exec sleep 30");
+    let actuator = Harness::start(vec![spec], fast_config());
+    let mut status = actuator.status("m").unwrap();
+    actuator.touch("m").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = actuator.snapshot().models.remove(0);
+    assert_eq!((m.phase, m.starts), (Phase::Idle, 0));
+    assert!(m.last_active.is_some());
+
+    actuator.demand("m", 2).unwrap();
+    wait_phase(&mut status, Phase::Loading, SLACK).await;
+    let m = actuator.snapshot().models.remove(0);
+    assert_eq!((m.starts, m.queue_depth), (1, 2));
+    actuator.shutdown().await;
+    assert_eq!(status.borrow().phase, Phase::Idle);
+}
+
+#[tokio::test]
 async fn busy_port_fails_instead_of_probing_a_stranger() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

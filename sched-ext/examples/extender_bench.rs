@@ -6,8 +6,9 @@
 //!
 //! Measures each call in-process (request bytes → response bytes: decoding,
 //! decisions, encoding) and over loopback HTTP (axum server, reqwest
-//! client), and prints the median and p99 of filter, prioritize and the
-//! two together.
+//! client), with full Node objects in the request, then in-process with
+//! node names only (`nodeCacheCapable`), and prints the median and p99 of
+//! filter, prioritize and the two together.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -15,9 +16,10 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flexinfer_sched::extender::Settings;
+use flexinfer_sched::extender::{Settings, StaticNodeSource};
 use flexinfer_sched::tps::{benchmark_key, StaticTpsSource};
 use flexinfer_sched::{server, Extender};
+use k8s_openapi::api::core::v1::Node;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -31,7 +33,7 @@ fn main() {
         body.len() as f64 / (1024.0 * 1024.0)
     );
 
-    let extender = Arc::new(extender());
+    let extender = Arc::new(new_extender());
 
     // The floor: one serde_json pass over the body, decoding nothing.
     let mut scan = Vec::with_capacity(iterations);
@@ -107,9 +109,36 @@ fn main() {
         (filter, prioritize)
     });
     report("loopback HTTP", &filter, &prioritize);
+
+    // nodeCacheCapable: only names travel; nodes come from the cache.
+    let cache = StaticNodeSource::new(
+        nodes
+            .iter()
+            .map(|node| serde_json::from_value::<Node>(node.clone()).expect("node")),
+    );
+    let extender = new_extender().with_nodes(Arc::new(cache));
+    let names: Vec<&str> = nodes
+        .iter()
+        .map(|node| node["metadata"]["name"].as_str().unwrap_or_default())
+        .collect();
+    let body = serde_json::to_vec(&serde_json::json!({
+        "Pod": support::pod(), "Nodes": null, "NodeNames": names
+    }))
+    .expect("encodable");
+    let mut filter = Vec::with_capacity(iterations);
+    let mut prioritize = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let start = Instant::now();
+        extender.filter(&body);
+        filter.push(start.elapsed());
+        let start = Instant::now();
+        extender.prioritize(&body).expect("prioritize");
+        prioritize.push(start.elapsed());
+    }
+    report("in-process, NodeNames + node cache", &filter, &prioritize);
 }
 
-fn extender() -> Extender {
+fn new_extender() -> Extender {
     let mut tps = StaticTpsSource::default();
     tps.insert(
         "ml",

@@ -118,134 +118,15 @@ pub struct NodeMetaView<'a> {
 }
 
 impl<'a> NodeView<'a> {
-    /// Parses one node item kept as raw JSON, reading `metadata` only as
-    /// far as needed: decoding stops once the name, labels and annotations
-    /// are known (Go writes them before `managedFields`, and `metadata`
-    /// before `spec` and `status`), so the bulk of a full Node is not
-    /// scanned a second time.
-    pub fn parse(raw: &'a str) -> serde_json::Result<Self> {
-        let mut metadata = None;
-        let mut stopped = false;
-        let mut deserializer = serde_json::Deserializer::from_str(raw);
-        let seed = NodeSeed {
-            metadata: &mut metadata,
-            stopped: &mut stopped,
-        };
-        match de::DeserializeSeed::deserialize(seed, &mut deserializer) {
-            Ok(()) => {}
-            Err(_) if stopped => {}
-            Err(err) => return Err(err),
-        }
+    /// Reads one node item from its JSON text, scanning `metadata` only
+    /// as far as needed: reading stops once the name, labels and
+    /// annotations are known (Go writes them before `managedFields`, and
+    /// `metadata` before `spec` and `status`), so the bulk of a full Node
+    /// is not read twice. See [`crate::scan::node_metadata`].
+    pub fn parse(raw: &'a str) -> Result<Self, crate::scan::ScanError> {
         Ok(NodeView {
-            metadata: metadata.unwrap_or_default(),
+            metadata: crate::scan::node_metadata(raw)?,
         })
-    }
-}
-
-/// Message of the error that ends a [`NodeView::parse`] early.
-const STOP: &str = "node metadata complete";
-
-/// Decodes a node object until its metadata is complete, leaving the result
-/// in `metadata`. Ending early is signalled by an error with `stopped` set.
-struct NodeSeed<'s, 'a> {
-    metadata: &'s mut Option<NodeMetaView<'a>>,
-    stopped: &'s mut bool,
-}
-
-impl<'de: 'a, 'a> de::DeserializeSeed<'de> for NodeSeed<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de: 'a, 'a> Visitor<'de> for NodeSeed<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a Node object")
-    }
-
-    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<(), M::Error> {
-        while let Some(BorrowedStr(key)) = map.next_key::<BorrowedStr<'a>>()? {
-            if key == "metadata" {
-                map.next_value_seed(
-                    NodeSeed {
-                        metadata: &mut *self.metadata,
-                        stopped: &mut *self.stopped,
-                    }
-                    .metadata(),
-                )?;
-                // Metadata ended without the early stop: nothing after it
-                // is needed either.
-                *self.stopped = true;
-                return Err(de::Error::custom(STOP));
-            }
-            map.next_value::<IgnoredAny>()?;
-        }
-        Ok(())
-    }
-}
-
-impl<'s, 'a> NodeSeed<'s, 'a> {
-    fn metadata(self) -> MetaSeed<'s, 'a> {
-        MetaSeed {
-            metadata: self.metadata,
-            stopped: self.stopped,
-        }
-    }
-}
-
-/// Decodes `metadata` into the slot, stopping once name, labels and
-/// annotations are known.
-struct MetaSeed<'s, 'a> {
-    metadata: &'s mut Option<NodeMetaView<'a>>,
-    stopped: &'s mut bool,
-}
-
-impl<'de: 'a, 'a> de::DeserializeSeed<'de> for MetaSeed<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de: 'a, 'a> Visitor<'de> for MetaSeed<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ObjectMeta")
-    }
-
-    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<(), M::Error> {
-        let metadata = self.metadata.insert(NodeMetaView::default());
-        let (mut name, mut labels, mut annotations) = (false, false, false);
-        while let Some(BorrowedStr(key)) = map.next_key::<BorrowedStr<'a>>()? {
-            match key.as_ref() {
-                "name" => {
-                    metadata.name = map.next_value::<BorrowedStr<'a>>()?.0;
-                    name = true;
-                }
-                "labels" => {
-                    metadata.labels = map.next_value()?;
-                    labels = true;
-                }
-                "annotations" => {
-                    metadata.annotations = map.next_value()?;
-                    annotations = true;
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-            if name && labels && annotations {
-                *self.stopped = true;
-                return Err(de::Error::custom(STOP));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -255,6 +136,13 @@ impl<'de: 'a, 'a> Visitor<'de> for MetaSeed<'_, 'a> {
 pub struct PrefixedMap<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
 
 impl<'a> PrefixedMap<'a> {
+    /// Adds an entry if its key has the prefix.
+    pub fn insert(&mut self, key: Cow<'a, str>, value: Cow<'a, str>) {
+        if key.starts_with(PREFIX) {
+            self.0.push((key, value));
+        }
+    }
+
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::api::{ExtenderFilterResult, HostPriority, NodeView};
+use crate::api::{ExtenderFilterResult, HostPriority};
 use crate::facts::{NodeFacts, PodFacts};
 use crate::filter::{self, Rejection};
 use crate::metrics::{Metrics, Verb};
@@ -32,6 +32,34 @@ use crate::tps::{TpsLookup, TpsSource};
 pub trait NodeSource: Send + Sync {
     /// The node called `name`, if known.
     fn node(&self, name: &str) -> Option<Arc<Node>>;
+}
+
+/// A fixed set of nodes, for tests, benchmarks and running without a
+/// cluster.
+#[derive(Debug, Default, Clone)]
+pub struct StaticNodeSource(std::collections::HashMap<String, Arc<Node>>);
+
+impl StaticNodeSource {
+    /// Holds `nodes`, keyed by name.
+    pub fn new(nodes: impl IntoIterator<Item = Node>) -> Self {
+        StaticNodeSource(
+            nodes
+                .into_iter()
+                .map(|node| {
+                    (
+                        node.metadata.name.clone().unwrap_or_default(),
+                        Arc::new(node),
+                    )
+                })
+                .collect(),
+        )
+    }
+}
+
+impl NodeSource for StaticNodeSource {
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.0.get(name).cloned()
+    }
 }
 
 /// Why a call could not be answered.
@@ -79,7 +107,7 @@ pub struct Settings {
 /// raw node objects or as names.
 struct Request<'a> {
     pod: PodFacts,
-    nodes: Option<Vec<&'a str>>,
+    nodes: Option<Vec<scan::ScannedNode<'a>>>,
     node_names: Option<Vec<String>>,
 }
 
@@ -107,10 +135,6 @@ impl<'a> Request<'a> {
             node_names,
         })
     }
-}
-
-fn node_view(raw: &str) -> Result<NodeView<'_>, RequestError> {
-    NodeView::parse(raw).map_err(|err| RequestError::Body(format!("malformed node: {err}")))
 }
 
 /// Answers filter and prioritize calls.
@@ -204,16 +228,15 @@ impl Extender {
         if let Some(items) = &request.nodes {
             let mut passing = Vec::with_capacity(items.len());
             if pod.wants_gpu() {
-                for raw in items {
-                    let view = node_view(raw)?;
-                    let node = NodeFacts::from_view(&view);
+                for item in items {
+                    let node = NodeFacts::from_view(&item.view);
                     match filter::check(pod, &node) {
-                        Ok(()) => passing.push(*raw),
+                        Ok(()) => passing.push(item.raw),
                         Err(rejection) => reject(&mut result, node.name, rejection),
                     }
                 }
             } else {
-                passing.extend(items.iter().copied());
+                passing.extend(items.iter().map(|item| item.raw));
             }
             passed = passing.len();
             result.nodes = Some(passing);
@@ -251,16 +274,11 @@ impl Extender {
         let request = Request::parse(body)?;
         let pod = &request.pod;
 
-        let views: Vec<NodeView>;
         let cached: Vec<Option<Arc<Node>>>;
         let nodes: Vec<Option<NodeFacts>> = if let Some(items) = &request.nodes {
-            views = items
+            items
                 .iter()
-                .map(|raw| node_view(raw))
-                .collect::<Result<_, _>>()?;
-            views
-                .iter()
-                .map(|view| Some(NodeFacts::from_view(view)))
+                .map(|item| Some(NodeFacts::from_view(&item.view)))
                 .collect()
         } else if let Some(names) = &request.node_names {
             let store = self.nodes.as_ref().ok_or(RequestError::NoNodeCache)?;
@@ -343,7 +361,6 @@ mod tests {
     use super::*;
     use crate::tps::{benchmark_key, device_class, StaticTpsSource};
     use serde_json::{json, Value};
-    use std::collections::HashMap;
 
     fn extender(tps: StaticTpsSource) -> Extender {
         Extender::new(
@@ -467,30 +484,21 @@ mod tests {
             &ext,
             json!({"Pod": gpu_pod(), "Nodes": {"items": [{"metadata": 5}]}}),
         );
-        assert!(result["Error"].as_str().unwrap().contains("malformed node"));
+        assert!(result["Error"]
+            .as_str()
+            .unwrap()
+            .contains("expected an object"));
         assert!(ext
             .metrics()
             .render()
             .contains(r#"result="error",verb="filter""#));
     }
 
-    struct Cache(HashMap<String, Arc<Node>>);
-
-    impl NodeSource for Cache {
-        fn node(&self, name: &str) -> Option<Arc<Node>> {
-            self.0.get(name).cloned()
-        }
-    }
-
-    fn cache() -> Arc<Cache> {
-        Arc::new(Cache(
+    fn cache() -> Arc<StaticNodeSource> {
+        Arc::new(StaticNodeSource::new(
             nodes()
                 .into_iter()
-                .map(|n| {
-                    let node: Node = serde_json::from_value(n).unwrap();
-                    (node.metadata.name.clone().unwrap(), Arc::new(node))
-                })
-                .collect(),
+                .map(|n| serde_json::from_value::<Node>(n).unwrap()),
         ))
     }
 

@@ -19,7 +19,8 @@
 //! [`tenant::TenantUsage`] traits. [`watch`] implements those traits over
 //! kube reflectors (watched and cached, never fetched per request);
 //! [`server`] is the thin axum layer; [`api`] holds the extender v1 wire
-//! types.
+//! types and [`scan`] splits large requests (full Node objects) in one pass
+//! without decoding what the extender does not read.
 
 #![warn(missing_docs)]
 

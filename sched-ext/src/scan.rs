@@ -14,7 +14,12 @@
 //! subsequent `serde_json` decoding rejects; it never panics (every index
 //! is bounds-checked).
 
+use std::borrow::Cow;
 use std::fmt;
+
+use flexinfer_crds::labels::PREFIX;
+
+use crate::api::{NodeMetaView, NodeView, PrefixedMap};
 
 /// Where a body could not be scanned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,58 +38,58 @@ impl fmt::Display for ScanError {
 
 impl std::error::Error for ScanError {}
 
-/// The top-level values of an `ExtenderArgs` body, as JSON text.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ArgsSpans<'a> {
-    /// The `Pod` value, if the key is present.
+/// The top-level values of an `ExtenderArgs` body.
+#[derive(Debug, Default)]
+pub struct Args<'a> {
+    /// The `Pod` value as JSON text, if the key is present.
     pub pod: Option<&'a str>,
     /// The items of `Nodes`, if `Nodes` is present and not `null`.
-    pub nodes: Option<Vec<&'a str>>,
-    /// The `NodeNames` value, if the key is present.
+    pub nodes: Option<Vec<ScannedNode<'a>>>,
+    /// The `NodeNames` value as JSON text, if the key is present.
     pub node_names: Option<&'a str>,
 }
 
-type Span = (usize, usize);
+/// One item of `Nodes`: its JSON text and what the extender reads of it.
+#[derive(Debug)]
+pub struct ScannedNode<'a> {
+    /// The node object, verbatim.
+    pub raw: &'a str,
+    /// Its name and `flexinfer.ai/` labels and annotations.
+    pub view: NodeView<'a>,
+}
 
-/// Splits an `ExtenderArgs` body into its parts. Keys match
-/// case-insensitively, as Go's decoder does; unknown keys are skipped.
-pub fn args(body: &str) -> Result<ArgsSpans<'_>, ScanError> {
+/// Splits an `ExtenderArgs` body into its parts in one pass, reading each
+/// node's metadata on the way. Keys match case-insensitively, as Go's
+/// decoder does; unknown keys are skipped.
+pub fn args(body: &str) -> Result<Args<'_>, ScanError> {
     let bytes = body.as_bytes();
     let start = skip_ws(bytes, 0);
-    let (mut pod, mut node_names, mut nodes) = (None, None, None);
+    let mut args = Args::default();
     let end = object_members(bytes, start, |key, value_start| {
         if key.eq_ignore_ascii_case(b"Nodes") {
-            let (items, end) = node_list(bytes, value_start)?;
-            nodes = items;
+            let (items, end) = node_list(body, value_start)?;
+            args.nodes = items;
             return Ok(end);
         }
         let end = value_end(bytes, value_start)?;
         if key.eq_ignore_ascii_case(b"Pod") {
-            pod = Some((value_start, end));
+            args.pod = Some(slice(body, (value_start, end))?);
         } else if key.eq_ignore_ascii_case(b"NodeNames") {
-            node_names = Some((value_start, end));
+            args.node_names = Some(slice(body, (value_start, end))?);
         }
         Ok(end)
     })?;
     if skip_ws(bytes, end) != bytes.len() {
         return Err(error("end of input", end));
     }
-    let slices = |spans: Vec<Span>| {
-        spans
-            .into_iter()
-            .map(|span| slice(body, span))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    Ok(ArgsSpans {
-        pod: pod.map(|v| slice(body, v)).transpose()?,
-        node_names: node_names.map(|v| slice(body, v)).transpose()?,
-        nodes: nodes.map(slices).transpose()?,
-    })
+    Ok(args)
 }
 
-/// The item spans of the `NodeList` value at `at` (`None` for `null`) and
-/// the offset after it. Each item is scanned once.
-fn node_list(bytes: &[u8], at: usize) -> Result<(Option<Vec<Span>>, usize), ScanError> {
+/// The items of the `NodeList` value at `at` (`None` for `null`) and the
+/// offset after it.
+#[allow(clippy::type_complexity)]
+fn node_list(body: &str, at: usize) -> Result<(Option<Vec<ScannedNode<'_>>>, usize), ScanError> {
+    let bytes = body.as_bytes();
     if bytes.get(at..at + 4) == Some(b"null") {
         return Ok((None, at + 4));
     }
@@ -96,10 +101,109 @@ fn node_list(bytes: &[u8], at: usize) -> Result<(Option<Vec<Span>>, usize), Scan
         if bytes.get(value_start..value_start + 4) == Some(b"null") {
             return Ok(value_start + 4);
         }
-        array_elements(bytes, value_start, |span| items.push(span))
+        array_elements(bytes, value_start, |item_start| {
+            let (metadata, end) = node_object(body, item_start)?;
+            items.push(ScannedNode {
+                raw: slice(body, (item_start, end))?,
+                view: NodeView { metadata },
+            });
+            Ok(end)
+        })
     })?;
     Ok((Some(items), end))
 }
+
+/// The name and the `flexinfer.ai/` labels and annotations of a Node
+/// given as JSON text.
+pub fn node_metadata(raw: &str) -> Result<NodeMetaView<'_>, ScanError> {
+    let start = skip_ws(raw.as_bytes(), 0);
+    let (metadata, end) = node_object(raw, start)?;
+    if skip_ws(raw.as_bytes(), end) != raw.len() {
+        return Err(error("end of input", end));
+    }
+    Ok(metadata)
+}
+
+/// Reads the node object at `at`; returns its metadata view and the offset
+/// after it.
+fn node_object(body: &str, at: usize) -> Result<(NodeMetaView<'_>, usize), ScanError> {
+    let bytes = body.as_bytes();
+    let mut metadata = NodeMetaView::default();
+    let end = object_members(bytes, at, |key, value_start| {
+        if key != b"metadata" {
+            return value_end(bytes, value_start);
+        }
+        object_members(bytes, value_start, |key, value_start| match key {
+            b"name" => {
+                let end = string_end_checked(bytes, value_start)?;
+                metadata.name = string_value(body, value_start, end)?;
+                Ok(end)
+            }
+            b"labels" => string_map(body, value_start, &mut metadata.labels),
+            b"annotations" => string_map(body, value_start, &mut metadata.annotations),
+            _ => value_end(bytes, value_start),
+        })
+    })?;
+    Ok((metadata, end))
+}
+
+/// Reads the `flexinfer.ai/` entries of the string map (or `null`) at `at`
+/// into `map`; returns the offset after it.
+fn string_map<'a>(raw: &'a str, at: usize, map: &mut PrefixedMap<'a>) -> Result<usize, ScanError> {
+    let bytes = raw.as_bytes();
+    if bytes.get(at..at + 4) == Some(b"null") {
+        return Ok(at + 4);
+    }
+    object_members(bytes, at, |key, value_start| {
+        // Keys with escapes are decoded before deciding; Go writes none.
+        if !key.starts_with(PREFIX.as_bytes()) && !key.contains(&b'\\') {
+            return value_end(bytes, value_start);
+        }
+        let key = decode_key(key)?;
+        if !key.starts_with(PREFIX) {
+            return value_end(bytes, value_start);
+        }
+        let end = string_end_checked(bytes, value_start)?;
+        map.insert(key, string_value(raw, value_start, end)?);
+        Ok(end)
+    })
+}
+
+/// A key as text: borrowed when it has no escapes.
+fn decode_key(key: &[u8]) -> Result<Cow<'_, str>, ScanError> {
+    let text = std::str::from_utf8(key).map_err(|_| error("a UTF-8 key", 0))?;
+    if !key.contains(&b'\\') {
+        return Ok(Cow::Borrowed(text));
+    }
+    serde_json::from_str::<String>(&format!("\"{text}\""))
+        .map(Cow::Owned)
+        .map_err(|_| error("a valid key", 0))
+}
+
+/// The string value spanning `from..to` (quotes included), unescaped only
+/// when it has escapes.
+fn string_value(raw: &str, from: usize, to: usize) -> Result<Cow<'_, str>, ScanError> {
+    let quoted = raw.get(from..to).ok_or(error("a string", from))?;
+    let inner = quoted
+        .get(1..quoted.len() - 1)
+        .ok_or(error("a string", from))?;
+    if !inner.contains('\\') {
+        return Ok(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(quoted)
+        .map(Cow::Owned)
+        .map_err(|_| error("a valid string", from))
+}
+
+/// Like [`string_end`], but first checks that a string starts at `at`.
+fn string_end_checked(bytes: &[u8], at: usize) -> Result<usize, ScanError> {
+    if bytes.get(at) != Some(&b'"') {
+        return Err(error("a string", at));
+    }
+    string_end(bytes, at)
+}
+
+type Span = (usize, usize);
 
 fn slice(body: &str, (from, to): Span) -> Result<&str, ScanError> {
     body.get(from..to).ok_or(error("a value", from))
@@ -119,10 +223,10 @@ fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
 /// Calls `member(key, value_start)` for each member of the object starting
 /// at `at` (keys raw, without quotes); the callback consumes the value and
 /// returns the offset after it. Returns the offset after `}`.
-fn object_members(
-    bytes: &[u8],
+fn object_members<'b>(
+    bytes: &'b [u8],
     at: usize,
-    mut member: impl FnMut(&[u8], usize) -> Result<usize, ScanError>,
+    mut member: impl FnMut(&'b [u8], usize) -> Result<usize, ScanError>,
 ) -> Result<usize, ScanError> {
     if bytes.get(at) != Some(&b'{') {
         return Err(error("an object", at));
@@ -151,12 +255,13 @@ fn object_members(
     }
 }
 
-/// Calls `element(span)` for each element of the array starting at `at`;
-/// returns the offset after `]`.
+/// Calls `element(start)` for each element of the array starting at `at`;
+/// the callback consumes the element and returns the offset after it.
+/// Returns the offset after `]`.
 fn array_elements(
     bytes: &[u8],
     at: usize,
-    mut element: impl FnMut(Span),
+    mut element: impl FnMut(usize) -> Result<usize, ScanError>,
 ) -> Result<usize, ScanError> {
     if bytes.get(at) != Some(&b'[') {
         return Err(error("an array", at));
@@ -166,8 +271,7 @@ fn array_elements(
         return Ok(at + 1);
     }
     loop {
-        let end = value_end(bytes, at)?;
-        element((at, end));
+        let end = element(at)?;
         at = skip_ws(bytes, end);
         match bytes.get(at) {
             Some(b',') => at = skip_ws(bytes, at + 1),
@@ -268,8 +372,14 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn parse(body: &str) -> Result<ArgsSpans<'_>, ScanError> {
+    fn parse(body: &str) -> Result<Args<'_>, ScanError> {
         args(body)
+    }
+
+    fn raw<'a>(args: &Args<'a>) -> Option<Vec<&'a str>> {
+        args.nodes
+            .as_ref()
+            .map(|nodes| nodes.iter().map(|node| node.raw).collect())
     }
 
     #[test]
@@ -280,11 +390,19 @@ mod tests {
         let spans = parse(body).unwrap();
         let pod: Value = serde_json::from_str(spans.pod.unwrap()).unwrap();
         assert_eq!(pod["metadata"]["annotations"]["a"], "}{\"][");
-        let nodes = spans.nodes.unwrap();
+        let nodes = raw(&spans).unwrap();
         assert_eq!(nodes.len(), 2);
         assert_eq!(nodes[0], r#"{"metadata":{"name":"n1"}}"#);
         let second: Value = serde_json::from_str(nodes[1]).unwrap();
         assert_eq!(second["metadata"]["name"], "n2");
+        let names: Vec<_> = spans
+            .nodes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|node| node.view.metadata.name.as_ref())
+            .collect();
+        assert_eq!(names, ["n1", "n2"]);
         assert_eq!(spans.node_names, Some("null"));
     }
 
@@ -294,21 +412,20 @@ mod tests {
         let spans = parse(body).unwrap();
         assert_eq!(spans.pod, Some("{}"));
         assert_eq!(spans.node_names, Some(r#"["a","b"]"#));
-        assert_eq!(spans.nodes, None);
+        assert!(spans.nodes.is_none());
     }
 
     #[test]
     fn empty_and_null_items() {
-        assert_eq!(
-            parse(r#"{"Nodes":{"items":null}}"#).unwrap().nodes,
-            Some(vec![])
-        );
-        assert_eq!(
-            parse(r#"{"Nodes":{"items":[]}}"#).unwrap().nodes,
-            Some(vec![])
-        );
-        assert_eq!(parse(r#"{"Nodes":{}}"#).unwrap().nodes, Some(vec![]));
-        assert_eq!(parse("{}").unwrap(), ArgsSpans::default());
+        for body in [
+            r#"{"Nodes":{"items":null}}"#,
+            r#"{"Nodes":{"items":[]}}"#,
+            r#"{"Nodes":{}}"#,
+        ] {
+            assert_eq!(raw(&parse(body).unwrap()), Some(vec![]), "{body}");
+        }
+        let empty = parse("{}").unwrap();
+        assert!(empty.pod.is_none() && empty.nodes.is_none() && empty.node_names.is_none());
     }
 
     #[test]
@@ -326,13 +443,18 @@ mod tests {
                 serde_json::to_string_pretty(&request).unwrap(),
             ] {
                 let spans = parse(&body).unwrap();
-                let parsed: Vec<Value> = spans
-                    .nodes
+                let parsed: Vec<Value> = raw(&spans)
                     .unwrap()
                     .iter()
                     .map(|item| serde_json::from_str(item).unwrap())
                     .collect();
                 assert_eq!(parsed, items);
+                for (node, item) in spans.nodes.as_ref().unwrap().iter().zip(&items) {
+                    assert_eq!(
+                        node.view.metadata.name,
+                        item["metadata"]["name"].as_str().unwrap()
+                    );
+                }
             }
         }
     }

@@ -54,7 +54,10 @@ impl Gateway {
             .args(["--threads", "2", "--reload-interval", "200ms"])
             .args(["--shutdown-drain-delay", "0s"])
             .args(extra)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .spawn()
             .expect("start flexinfer-gateway");
@@ -72,10 +75,14 @@ impl Gateway {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(mut s) = TcpStream::connect(self.addr) {
-                let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                let _ =
+                    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
                 let mut buf = [0u8; 64];
                 use std::io::Read;
-                if s.read(&mut buf).map(|n| buf[..n].starts_with(b"HTTP/1.1 200")).unwrap_or(false) {
+                if s.read(&mut buf)
+                    .map(|n| buf[..n].starts_with(b"HTTP/1.1 200"))
+                    .unwrap_or(false)
+                {
                     return;
                 }
             }
@@ -119,7 +126,10 @@ impl Gateway {
             .text()
             .await
             .unwrap_or_default();
-        metric_value(&text, "flexinfer_proxy_config_reloads_total{result=\"success\"}") as u64
+        metric_value(
+            &text,
+            "flexinfer_proxy_config_reloads_total{result=\"success\"}",
+        ) as u64
     }
 
     /// The proxy's /metrics text.
@@ -210,7 +220,10 @@ pub fn pod(pod: &str, models: &[&str], extra: &[&str]) -> SimProcess {
 
 /// A YAML flow list of the simulators' URLs, for a model's `endpoints`.
 pub fn endpoints(sims: &[&SimProcess]) -> String {
-    let urls: Vec<String> = sims.iter().map(|s| format!("\"{}\"", s.base_url())).collect();
+    let urls: Vec<String> = sims
+        .iter()
+        .map(|s| format!("\"{}\"", s.base_url()))
+        .collect();
     format!("[{}]", urls.join(", "))
 }
 
@@ -268,7 +281,11 @@ pub fn multipart(boundary: &str, parts: &[Part<'_>]) -> Vec<u8> {
                 .as_bytes(),
             ),
             None => out.extend_from_slice(
-                format!("Content-Disposition: form-data; name=\"{}\"\r\n\r\n", p.name).as_bytes(),
+                format!(
+                    "Content-Disposition: form-data; name=\"{}\"\r\n\r\n",
+                    p.name
+                )
+                .as_bytes(),
             ),
         }
         out.extend_from_slice(p.data);
@@ -385,7 +402,12 @@ pub fn median(values: &[Duration]) -> Duration {
 
 /// Sends raw bytes on a fresh connection and reads until the peer closes,
 /// `until` appears in the answer, or `limit` passes.
-pub async fn raw_exchange(addr: SocketAddr, request: &[u8], until: &str, limit: Duration) -> String {
+pub async fn raw_exchange(
+    addr: SocketAddr,
+    request: &[u8],
+    until: &str,
+    limit: Duration,
+) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     s.write_all(request).await.expect("write request");
     read_until(&mut s, until, limit).await
@@ -434,20 +456,11 @@ pub async fn keepalive_exchange(addr: SocketAddr, requests: &[Vec<u8>]) -> Vec<R
     for (i, request) in requests.iter().enumerate() {
         s.write_all(request).await.expect("write request");
         let mut buf = [0u8; 8192];
-        let read = |s: &mut tokio::net::TcpStream, buf: &mut [u8; 8192]| {
-            let fut = s.read(buf);
-            async move {
-                match tokio::time::timeout(Duration::from_secs(10), fut).await {
-                    Ok(Ok(n)) => n,
-                    _ => 0,
-                }
-            }
-        };
         let head_end = loop {
             if let Some(p) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
                 break p + 4;
             }
-            let n = read(&mut s, &mut buf).await;
+            let n = read_some(&mut s, &mut buf).await;
             assert!(
                 n > 0,
                 "connection closed before response {i}: {:?}",
@@ -470,7 +483,7 @@ pub async fn keepalive_exchange(addr: SocketAddr, requests: &[Vec<u8>]) -> Vec<R
             })
             .unwrap_or_else(|| panic!("no Content-Length: {head}"));
         while pending.len() < head_end + len {
-            let n = read(&mut s, &mut buf).await;
+            let n = read_some(&mut s, &mut buf).await;
             assert!(
                 n > 0,
                 "connection closed inside body {i}: {:?}",
@@ -483,6 +496,14 @@ pub async fn keepalive_exchange(addr: SocketAddr, requests: &[Vec<u8>]) -> Vec<R
         out.push(RawResponse { status, head, body });
     }
     out
+}
+
+/// Reads what is there within 10 s; 0 on close, error or timeout.
+async fn read_some(s: &mut tokio::net::TcpStream, buf: &mut [u8]) -> usize {
+    match tokio::time::timeout(Duration::from_secs(10), s.read(buf)).await {
+        Ok(Ok(n)) => n,
+        _ => 0,
+    }
 }
 
 /// A raw HTTP/1.1 POST of a JSON body, keep-alive.

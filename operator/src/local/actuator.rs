@@ -11,9 +11,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::policy::shared_gpu::SharedGroupPolicy;
 
 use super::report::ActuatorReport;
-use super::spec::{validate, ActuatorConfig, LocalModelSpec, SpecError};
+use super::shared::{Command, Shared};
+use super::spec::{validate, ActuatorConfig, LocalModelSpec, StartError};
 use super::status::{ModelStatus, Phase};
-use super::supervisor::{self, Command, Shared};
+use super::supervisor;
 
 /// Why a call on the actuator did not do what was asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,7 +65,7 @@ impl LocalActuator {
     pub fn start(
         specs: Vec<LocalModelSpec>,
         group_policy: SharedGroupPolicy,
-    ) -> Result<Self, SpecError> {
+    ) -> Result<Self, StartError> {
         Self::start_with_config(
             specs,
             ActuatorConfig {
@@ -78,9 +79,9 @@ impl LocalActuator {
     pub fn start_with_config(
         specs: Vec<LocalModelSpec>,
         config: ActuatorConfig,
-    ) -> Result<Self, SpecError> {
+    ) -> Result<Self, StartError> {
         validate(&specs)?;
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| SpecError::NoRuntime)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| StartError::NoRuntime)?;
         let (shared, commands) = supervisor::spawn(specs, config, &runtime);
         Ok(Self { shared, commands })
     }
@@ -132,9 +133,12 @@ impl LocalActuator {
     }
 
     /// Reports how many requests are queued for `model` (0 once drained).
-    /// Queued requests keep a model from idling; in a shared group they are
-    /// the demand the leader choice weighs, and the group is re-evaluated at
-    /// once. A rising depth counts as a new request at this time.
+    /// Queued requests (while the latest arrived within the group policy's
+    /// demand window) count as demand: they keep a model from idling and
+    /// start a stopped one, like [`Self::activate`] but without retrying a
+    /// `Failed` model. In a shared group they are what the leader choice
+    /// weighs, and the group is re-evaluated at once. A rising depth counts
+    /// as a new request at this time.
     pub fn demand(&self, model: &str, queued: u32) -> Result<(), ActuatorError> {
         let idx = self.index(model)?;
         self.commands
@@ -146,8 +150,10 @@ impl LocalActuator {
             .map_err(|_| ActuatorError::ShutDown)
     }
 
-    /// Records that a request for `model` was served now (its last activity
-    /// for the idle timeout). Lock-free; no message to the supervisor.
+    /// Records activity on `model` now: the idle timeout counts from the
+    /// latest touch or activation. Call it when a proxied request starts and
+    /// when it ends (and now and then during long streams). It never starts a
+    /// stopped model. Lock-free; no message to the supervisor.
     pub fn touch(&self, model: &str) -> Result<(), ActuatorError> {
         let idx = self.index(model)?;
         self.shared.cells[idx].touch(SystemTime::now());
@@ -217,9 +223,9 @@ mod tests {
     fn start_needs_a_runtime_and_valid_specs() {
         let spec = LocalModelSpec::new("a", "true", 1);
         let err = LocalActuator::start(vec![spec.clone()], SharedGroupPolicy::default());
-        assert_eq!(err.unwrap_err(), SpecError::NoRuntime);
+        assert_eq!(err.unwrap_err(), StartError::NoRuntime);
         let err = LocalActuator::start(vec![spec.clone(), spec], SharedGroupPolicy::default());
-        assert_eq!(err.unwrap_err(), SpecError::DuplicateName("a".into()));
+        assert_eq!(err.unwrap_err(), StartError::DuplicateName("a".into()));
     }
 
     #[tokio::test]

@@ -10,19 +10,22 @@
 //!
 //! Layout: [`spec`] (what to run), [`status`] (what waiters see), `process`
 //! (one child), `health` (its readiness probe), `group` (a shared group's
-//! decisions and history), `supervisor` (the task that owns everything),
-//! [`report`] (the admin view), and the [`LocalActuator`] handle.
+//! decisions and history), `supervisor` (the task that owns everything:
+//! `model` its per-model state, `publish` what it tells the outside),
+//! `shared` (what handles and supervisor share), [`report`] (the admin
+//! view), and the [`LocalActuator`] handle.
 
 mod actuator;
 mod group;
 mod health;
 mod process;
 pub mod report;
+mod shared;
 pub mod spec;
 pub mod status;
 mod supervisor;
 
 pub use actuator::{ActuatorError, LocalActuator};
 pub use report::{ActuatorReport, GroupReport, ModelReport, SwapRecord};
-pub use spec::{ActuatorConfig, LocalModelSpec, SpecError};
+pub use spec::{ActuatorConfig, LocalModelSpec, StartError};
 pub use status::{ModelStatus, Phase};

@@ -331,15 +331,20 @@ mod tests {
         let status = rx.await.unwrap().unwrap();
         assert!(!status.success());
         let grandchild: i32 = tail.lock().unwrap().as_deref().unwrap().parse().unwrap();
-        // Dead means gone or a zombie waiting for its new parent to reap it.
-        let stat = std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().next());
-        assert!(
-            matches!(state, None | Some("Z") | Some("X")),
-            "grandchild {grandchild} survived: {stat}"
-        );
+        // Dead means gone or a zombie; SIGKILL takes effect asynchronously.
+        let dead = || {
+            let stat =
+                std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next());
+            matches!(state, None | Some("Z") | Some("X"))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while !dead() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(dead(), "grandchild {grandchild} survived");
     }
 }

@@ -125,9 +125,9 @@ impl ActuatorConfig {
     }
 }
 
-/// Why a set of specs cannot be run.
+/// Why the actuator cannot start: a bad set of specs, or no runtime.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SpecError {
+pub enum StartError {
     /// A spec has an empty name.
     #[error("a local model has an empty name")]
     EmptyName,
@@ -159,27 +159,27 @@ pub enum SpecError {
 
 /// Checks names, commands and ports. Members of one shared group may share a
 /// port, since they never run together.
-pub fn validate(specs: &[LocalModelSpec]) -> Result<(), SpecError> {
+pub fn validate(specs: &[LocalModelSpec]) -> Result<(), StartError> {
     let mut names = HashMap::new();
     let mut ports: HashMap<u16, &LocalModelSpec> = HashMap::new();
     for spec in specs {
         if spec.name.is_empty() {
-            return Err(SpecError::EmptyName);
+            return Err(StartError::EmptyName);
         }
         if names.insert(spec.name.as_str(), ()).is_some() {
-            return Err(SpecError::DuplicateName(spec.name.clone()));
+            return Err(StartError::DuplicateName(spec.name.clone()));
         }
         if spec.command.trim().is_empty() {
-            return Err(SpecError::EmptyCommand(spec.name.clone()));
+            return Err(StartError::EmptyCommand(spec.name.clone()));
         }
         if spec.port == 0 {
-            return Err(SpecError::NoPort(spec.name.clone()));
+            return Err(StartError::NoPort(spec.name.clone()));
         }
         match ports.get(&spec.port) {
             Some(other)
                 if other.shared_group.is_none() || other.shared_group != spec.shared_group =>
             {
-                return Err(SpecError::PortConflict {
+                return Err(StartError::PortConflict {
                     first: other.name.clone(),
                     second: spec.name.clone(),
                     port: spec.port,
@@ -220,27 +220,30 @@ mod tests {
         let a = LocalModelSpec::new("a", "server", 8001);
         assert_eq!(
             validate(&[a.clone(), a.clone()]),
-            Err(SpecError::DuplicateName("a".into()))
+            Err(StartError::DuplicateName("a".into()))
         );
         assert_eq!(
             validate(&[LocalModelSpec::new("", "x", 1)]),
-            Err(SpecError::EmptyName)
+            Err(StartError::EmptyName)
         );
         assert_eq!(
             validate(&[LocalModelSpec::new("a", " ", 1)]),
-            Err(SpecError::EmptyCommand("a".into()))
+            Err(StartError::EmptyCommand("a".into()))
         );
         assert_eq!(
             validate(&[LocalModelSpec::new("a", "x", 0)]),
-            Err(SpecError::NoPort("a".into()))
+            Err(StartError::NoPort("a".into()))
         );
         let conflict = validate(&[a, LocalModelSpec::new("b", "server", 8001)]);
         assert!(matches!(
             conflict,
-            Err(SpecError::PortConflict { port: 8001, .. })
+            Err(StartError::PortConflict { port: 8001, .. })
         ));
         let across_groups = validate(&[grouped("x", 9000, "g1"), grouped("y", 9000, "g2")]);
-        assert!(matches!(across_groups, Err(SpecError::PortConflict { .. })));
+        assert!(matches!(
+            across_groups,
+            Err(StartError::PortConflict { .. })
+        ));
     }
 
     #[test]

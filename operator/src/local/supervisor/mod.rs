@@ -8,14 +8,11 @@
 //! publishes every model's status on its watch channel.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::policy::replicas::desired_replicas;
@@ -25,70 +22,18 @@ use crate::policy::since;
 use super::group::SharedGroup;
 use super::health;
 use super::process::{ChildProcess, ExitReport};
-use super::report::{ActuatorReport, ModelReport};
+use super::report::ActuatorReport;
+use super::shared::{Command, ModelCell, Shared};
 use super::spec::{ActuatorConfig, LocalModelSpec};
-use super::status::{ModelStatus, Phase};
+use super::status::ModelStatus;
+
+mod model;
+mod publish;
+
+use model::{AbortOnDrop, Model, Run, StopReason};
 
 /// Longest wait the supervisor schedules (keeps `Instant` arithmetic finite).
 const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// State the handles read without asking the supervisor.
-pub(crate) struct Shared {
-    /// Model name → index into `cells` (and the supervisor's models).
-    pub index: HashMap<String, usize>,
-    /// Per-model status channel and activity time.
-    pub cells: Vec<ModelCell>,
-    /// The latest report, replaced after every supervisor step.
-    pub report: watch::Sender<ActuatorReport>,
-    /// `true` until the supervisor has stopped every child and exited.
-    pub running: watch::Sender<bool>,
-}
-
-/// What handles share with the supervisor about one model.
-pub(crate) struct ModelCell {
-    /// Status published by the supervisor.
-    pub status: watch::Sender<ModelStatus>,
-    /// Latest activity, in milliseconds since the Unix epoch (0: never).
-    last_active: AtomicU64,
-}
-
-impl ModelCell {
-    /// Records activity at `at` (never moves backwards).
-    pub fn touch(&self, at: SystemTime) {
-        let millis = at
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .max(1);
-        self.last_active.fetch_max(millis, Ordering::Relaxed);
-    }
-
-    /// Latest activity.
-    pub fn last_active(&self) -> Option<SystemTime> {
-        match self.last_active.load(Ordering::Relaxed) {
-            0 => None,
-            millis => UNIX_EPOCH.checked_add(Duration::from_millis(millis)),
-        }
-    }
-}
-
-/// A request from a handle.
-pub(crate) enum Command {
-    /// Demand for a model: start it (or retry it) as the policies allow.
-    /// `ack` is answered once the resulting status is published.
-    Activate {
-        model: usize,
-        at: SystemTime,
-        ack: Option<oneshot::Sender<()>>,
-    },
-    /// Requests queued for a model, as the gateway counts them.
-    Demand {
-        model: usize,
-        queued: u32,
-        at: SystemTime,
-    },
-    /// Stop every child, then exit; `done` is answered at the end.
-    Shutdown { done: oneshot::Sender<()> },
-}
 
 /// A report from a child's supervising tasks.
 enum Event {
@@ -101,127 +46,6 @@ enum Event {
         run: u64,
         report: ExitReport,
     },
-}
-
-/// Why a child is being stopped.
-enum StopReason {
-    Idle,
-    Preempted { group: String, by: Option<String> },
-    StartupTimeout,
-    Shutdown,
-}
-
-impl StopReason {
-    /// The status message while stopping and after.
-    fn describe(&self, spec: &LocalModelSpec) -> String {
-        match self {
-            StopReason::Idle => format!(
-                "stopped after {:?} without requests",
-                spec.serverless.idle_timeout
-            ),
-            StopReason::Preempted {
-                group,
-                by: Some(by),
-            } => {
-                format!("preempted by {by} in shared group {group}")
-            }
-            StopReason::Preempted { group, by: None } => {
-                format!("stopped: shared group {group} has no leader")
-            }
-            StopReason::StartupTimeout => {
-                format!("not healthy within {:?}", spec.startup_timeout)
-            }
-            StopReason::Shutdown => "stopped: the local actuator shut down".into(),
-        }
-    }
-}
-
-impl fmt::Display for StopReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            StopReason::Idle => "idle",
-            StopReason::Preempted { .. } => "preempted",
-            StopReason::StartupTimeout => "startup timeout",
-            StopReason::Shutdown => "shutdown",
-        })
-    }
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// The process side of a model. Every variant but `Stopped` owns a child;
-/// `run` tells its reports apart from those of earlier children.
-enum Run {
-    Stopped,
-    Starting {
-        child: ChildProcess,
-        run: u64,
-        deadline: Instant,
-        _health: AbortOnDrop,
-    },
-    Ready {
-        child: ChildProcess,
-        run: u64,
-    },
-    Stopping {
-        child: ChildProcess,
-        run: u64,
-        reason: StopReason,
-    },
-}
-
-impl Run {
-    fn has_process(&self) -> bool {
-        !matches!(self, Run::Stopped)
-    }
-
-    fn run_id(&self) -> Option<u64> {
-        match self {
-            Run::Stopped => None,
-            Run::Starting { run, .. } | Run::Ready { run, .. } | Run::Stopping { run, .. } => {
-                Some(*run)
-            }
-        }
-    }
-
-    fn pid(&self) -> Option<u32> {
-        match self {
-            Run::Stopped => None,
-            Run::Starting { child, .. }
-            | Run::Ready { child, .. }
-            | Run::Stopping { child, .. } => Some(child.pid()),
-        }
-    }
-}
-
-/// Everything the supervisor knows about one model.
-struct Model {
-    spec: LocalModelSpec,
-    endpoint: SocketAddr,
-    group: Option<usize>,
-    run: Run,
-    /// An activation is waiting to be satisfied (cleared on Ready or failure).
-    pending: bool,
-    /// Requests waiting, as reported (or implied by an activation in a group).
-    demand: Option<Demand>,
-    /// Set while `Failed`.
-    failure: Option<String>,
-    /// The failure an activation cleared, for the message while retrying.
-    last_failure: Option<String>,
-    consecutive_failures: u32,
-    /// No start before this (backoff after a failure).
-    retry_at: Option<Instant>,
-    /// Why the last child stopped, for the `Idle` message.
-    stopped_because: Option<String>,
-    starts: u64,
-    failures: u64,
 }
 
 /// What one step decides for one model.
@@ -270,10 +94,7 @@ pub(crate) fn spawn(
         // A member that must always run asks for its group's GPU at boot.
         let boot_demand = group.is_some() && spec.always_on();
         index.insert(spec.name.clone(), idx);
-        cells.push(ModelCell {
-            status: watch::Sender::new(ModelStatus::idle(boot)),
-            last_active: AtomicU64::new(0),
-        });
+        cells.push(ModelCell::new(ModelStatus::idle(boot)));
         models.push(Model {
             endpoint: SocketAddr::from((Ipv4Addr::LOCALHOST, spec.port)),
             spec,
@@ -298,7 +119,7 @@ pub(crate) fn spawn(
     });
     let (events, events_rx) = mpsc::unbounded_channel();
     let (commands, commands_rx) = mpsc::unbounded_channel();
-    let supervisor = Supervisor {
+    let mut supervisor = Supervisor {
         shared: shared.clone(),
         config,
         models,
@@ -308,6 +129,8 @@ pub(crate) fn spawn(
         acks: Vec::new(),
         shutting_down: false,
     };
+    // Handles see every model in the report from the start.
+    supervisor.publish(boot, Instant::now());
     runtime.spawn(supervisor.run(commands_rx, events_rx));
     (shared, commands)
 }
@@ -350,6 +173,8 @@ impl Supervisor {
             }
         }
         tracing::info!("local actuator stopped");
+        // Refuse further requests before telling anyone we are done.
+        drop(commands);
         self.shared.running.send_replace(false);
         for finished in done {
             let _ = finished.send(());
@@ -517,6 +342,10 @@ impl Supervisor {
     }
 
     /// Whether the policies want `model` running now (its group aside).
+    ///
+    /// A running model stays while it was active within its idle timeout;
+    /// a stopped one starts only for an activation, queued requests, or
+    /// `min_replicas` (activity alone, e.g. a late `touch`, never starts it).
     fn wants_to_run(&self, model: usize, now: SystemTime) -> bool {
         let m = &self.models[model];
         if m.failure.is_some() {
@@ -526,7 +355,11 @@ impl Supervisor {
             d.depth > 0 && since(now, d.at) <= self.config.group_policy.demand_window
         });
         let pending = m.pending || queued || matches!(m.run, Run::Starting { .. });
-        let last_active = self.shared.cells[model].last_active();
+        let last_active = if m.run.has_process() {
+            self.shared.cells[model].last_active()
+        } else {
+            None
+        };
         desired_replicas(&m.spec.serverless, last_active, pending, now) >= 1
     }
 
@@ -650,127 +483,6 @@ impl Supervisor {
             })
             .min()
     }
-
-    fn status_of(
-        &self,
-        model: usize,
-        instant: Instant,
-    ) -> (Phase, Option<SocketAddr>, Option<String>) {
-        let m = &self.models[model];
-        match &m.run {
-            Run::Starting { .. } => (Phase::Loading, None, None),
-            Run::Ready { .. } => (Phase::Ready, Some(m.endpoint), None),
-            Run::Stopping { reason, .. } => (Phase::Stopping, None, Some(reason.describe(&m.spec))),
-            Run::Stopped => match &m.failure {
-                Some(failure) => (Phase::Failed, None, Some(failure.clone())),
-                None => (Phase::Idle, None, self.idle_message(model, instant)),
-            },
-        }
-    }
-
-    /// What an idle model waits for, or why it stopped.
-    fn idle_message(&self, model: usize, instant: Instant) -> Option<String> {
-        let m = &self.models[model];
-        if !m.pending {
-            return m.stopped_because.clone();
-        }
-        if let Some(g) = m.group.map(|g| &self.groups[g]) {
-            match &g.state.leader {
-                None => return Some(format!("waiting for shared group {}", g.name)),
-                Some(leader) if leader != &m.spec.name => {
-                    return Some(format!(
-                        "waiting for shared group {}: {leader} holds the GPU",
-                        g.name
-                    ))
-                }
-                Some(_) => {}
-            }
-            let busy = g
-                .members
-                .iter()
-                .find(|&&other| other != model && self.models[other].run.has_process());
-            if let Some(&other) = busy {
-                return Some(format!(
-                    "waiting for {} to stop",
-                    self.models[other].spec.name
-                ));
-            }
-        }
-        if m.retry_at.is_some_and(|t| t > instant) {
-            let delay = self.config.retry_delay(m.consecutive_failures);
-            let last = m.last_failure.as_deref().unwrap_or("unknown");
-            return Some(format!(
-                "restarting after a backoff of {delay:?}; last failure: {last}"
-            ));
-        }
-        m.stopped_because.clone()
-    }
-
-    /// Publishes changed statuses and the report, then answers acknowledgements.
-    fn publish(&mut self, now: SystemTime, instant: Instant) {
-        for model in 0..self.models.len() {
-            let (phase, endpoint, message) = self.status_of(model, instant);
-            self.shared.cells[model].status.send_if_modified(|status| {
-                if status.phase == phase && status.endpoint == endpoint && status.message == message
-                {
-                    return false;
-                }
-                if status.phase != phase {
-                    status.since = now;
-                }
-                status.phase = phase;
-                status.endpoint = endpoint;
-                status.message = message;
-                true
-            });
-        }
-        let report = self.report();
-        self.shared.report.send_replace(report);
-        for ack in self.acks.drain(..) {
-            let _ = ack.send(());
-        }
-    }
-
-    fn report(&self) -> ActuatorReport {
-        let models = self
-            .models
-            .iter()
-            .enumerate()
-            .map(|(idx, m)| {
-                let cell = &self.shared.cells[idx];
-                let status = cell.status.borrow().clone();
-                let group = m.group.map(|g| &self.groups[g]);
-                ModelReport {
-                    name: m.spec.name.clone(),
-                    phase: status.phase,
-                    endpoint: status.endpoint,
-                    message: status.message,
-                    since: status.since,
-                    pid: m.run.pid(),
-                    last_active: cell.last_active(),
-                    queue_depth: m.demand.map_or(0, |d| d.depth),
-                    group: group.map(|g| g.name.clone()),
-                    group_leader: group.and_then(|g| g.state.leader.clone()),
-                    starts: m.starts,
-                    failures: m.failures,
-                    consecutive_failures: m.consecutive_failures,
-                }
-            })
-            .collect();
-        let groups = self
-            .groups
-            .iter()
-            .map(|g| {
-                let names = g
-                    .members
-                    .iter()
-                    .map(|&idx| self.models[idx].spec.name.clone())
-                    .collect();
-                g.report(names)
-            })
-            .collect();
-        ActuatorReport { models, groups }
-    }
 }
 
 /// Probes the child's health path until it answers 2xx, then reports once.
@@ -799,19 +511,6 @@ fn after(instant: Instant, wait: Duration) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn activity_is_monotonic_and_starts_unknown() {
-        let cell = ModelCell {
-            status: watch::Sender::new(ModelStatus::idle(UNIX_EPOCH)),
-            last_active: AtomicU64::new(0),
-        };
-        assert_eq!(cell.last_active(), None);
-        let t = UNIX_EPOCH + Duration::from_secs(1_000);
-        cell.touch(t);
-        cell.touch(t - Duration::from_secs(5));
-        assert_eq!(cell.last_active(), Some(t));
-    }
 
     #[test]
     fn waits_are_capped() {

@@ -1,0 +1,224 @@
+//! The embedded operator: models with a `command` in the model file run as
+//! local child processes, started on demand and stopped when idle by the
+//! operator's local actuator, which applies the same scale-to-zero and
+//! shared-GPU policies as the Kubernetes operator.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use flexinfer_operator::local::{LocalActuator, LocalModelSpec, ModelStatus, Phase};
+use flexinfer_operator::policy::replicas::ServerlessPolicy;
+use flexinfer_operator::policy::shared_gpu::SharedGroupPolicy;
+use serde_json::{json, Value};
+use tokio::sync::{oneshot, watch};
+
+use crate::activation::ModelLifecycle;
+use crate::config::{LocalProcess, ModelTable};
+
+/// Time a stopping model gets between SIGTERM and SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The local actuator, running on its own runtime thread so that child
+/// processes are supervised independently of the proxy's runtimes.
+pub struct EmbeddedOperator {
+    actuator: LocalActuator,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EmbeddedOperator {
+    /// Starts the actuator for every model of `table` that has a command;
+    /// `None` when there is none.
+    pub fn start(table: &ModelTable) -> anyhow::Result<Option<Self>> {
+        let specs: Vec<LocalModelSpec> = table
+            .models
+            .iter()
+            .filter_map(|m| m.local.as_ref().map(|l| spec(&m.name, l)))
+            .collect();
+        if specs.is_empty() {
+            return Ok(None);
+        }
+        let policy = SharedGroupPolicy {
+            demand_window: table.sharing.demand_window,
+            swap_cooldown: table.sharing.swap_cooldown,
+            ..SharedGroupPolicy::default()
+        };
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("flexinfer-operator".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("flexinfer-operator")
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(anyhow::anyhow!("operator runtime: {e}")));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    match LocalActuator::start(specs, policy) {
+                        Ok(actuator) => {
+                            let _ = ready_tx.send(Ok(actuator.clone()));
+                            let _ = stop_rx.await;
+                            actuator.shutdown().await;
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(anyhow::anyhow!("local models: {e}")));
+                        }
+                    }
+                });
+            })?;
+        let actuator = ready_rx
+            .recv()
+            .map_err(|_| anyhow::anyhow!("the operator thread exited during start-up"))??;
+        Ok(Some(Self {
+            actuator,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }))
+    }
+
+    /// The actuator, as the request path's model lifecycle.
+    pub fn lifecycle(&self) -> Arc<dyn ModelLifecycle> {
+        Arc::new(self.actuator.clone())
+    }
+
+    /// Stops every child process and waits for them to exit.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for EmbeddedOperator {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+fn spec(name: &str, l: &LocalProcess) -> LocalModelSpec {
+    LocalModelSpec {
+        name: name.to_string(),
+        command: resolve_command(&l.command),
+        args: l.args.clone(),
+        env: l.env.clone(),
+        port: l.port,
+        health_path: l.health_path.clone(),
+        startup_timeout: l.startup_timeout,
+        stop_grace: STOP_GRACE,
+        serverless: ServerlessPolicy {
+            enabled: l.serverless,
+            idle_timeout: l.idle_timeout,
+            min_replicas: l.min_replicas,
+            active_replicas: 1,
+        },
+        shared_group: l.shared_group.clone(),
+        priority: l.priority,
+    }
+}
+
+/// A bare program name is looked up on `PATH`, then next to the gateway's own
+/// binary, so `command: flexinfer-sim` works from a build directory.
+fn resolve_command(command: &str) -> String {
+    if command.contains('/') || on_path(command) {
+        return command.to_string();
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(command)))
+        .filter(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| command.to_string())
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+impl ModelLifecycle for LocalActuator {
+    fn status(&self, model: &str) -> Option<watch::Receiver<ModelStatus>> {
+        LocalActuator::status(self, model)
+    }
+
+    fn activate(&self, model: &str) {
+        if let Err(e) = LocalActuator::activate(self, model) {
+            tracing::warn!(model, error = %e, "activation not accepted");
+        }
+    }
+
+    fn demand(&self, model: &str, queued: u32) {
+        let _ = LocalActuator::demand(self, model, queued);
+    }
+
+    fn touch(&self, model: &str) {
+        let _ = LocalActuator::touch(self, model);
+    }
+
+    fn phase(&self, model: &str) -> Option<String> {
+        let status = LocalActuator::status(self, model)?;
+        let phase: Phase = status.borrow().phase;
+        Some(phase.as_str().to_string())
+    }
+
+    fn report(&self) -> Value {
+        let report = self.snapshot();
+        let models: Vec<Value> = report
+            .models
+            .iter()
+            .map(|m| {
+                json!({
+                    "name": m.name,
+                    "phase": m.phase.as_str(),
+                    "endpoint": m.endpoint.map(|e| e.to_string()),
+                    "message": m.message,
+                    "since": rfc3339(m.since),
+                    "pid": m.pid,
+                    "lastActiveTime": m.last_active.map(rfc3339),
+                    "queueDepth": m.queue_depth,
+                    "group": m.group,
+                    "groupLeader": m.group_leader,
+                    "starts": m.starts,
+                    "failures": m.failures,
+                })
+            })
+            .collect();
+        let groups: Vec<Value> = report
+            .groups
+            .iter()
+            .map(|g| {
+                json!({
+                    "name": g.name,
+                    "members": g.members,
+                    "active": g.leader,
+                    "lastSwap": g.last_swap.map(rfc3339),
+                    "swaps": g.swaps.iter().map(|s| json!({
+                        "at": rfc3339(s.at),
+                        "from": s.from,
+                        "to": s.to,
+                        "reason": s.reason_str(),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        json!({ "models": models, "groups": groups })
+    }
+}
