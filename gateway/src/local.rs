@@ -150,8 +150,10 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// RFC 3339 with milliseconds: phase changes and swaps are often well under
+/// a second apart.
 fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 impl ModelLifecycle for LocalActuator {

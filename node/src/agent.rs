@@ -7,6 +7,7 @@ use tokio::time::MissedTickBehavior;
 
 use crate::config::AgentConfig;
 use crate::inventory::Inventory;
+use crate::kv_cache::KvCacheProbe;
 use crate::labels::{self, LabelKeys, NodeMetadata};
 use crate::metrics::Metrics;
 use crate::nvidia::NvidiaProbe;
@@ -66,6 +67,7 @@ pub struct Agent {
     discovery: Option<Discovery>,
     publisher: NodePublisher,
     metrics: Metrics,
+    kv_cache: Option<KvCacheProbe>,
 }
 
 impl Agent {
@@ -83,11 +85,19 @@ impl Agent {
             discovery: Some(discovery),
             publisher,
             metrics,
+            kv_cache: None,
         }
     }
 
-    /// One pass: discover (off the async threads), export metrics, and
-    /// update the Node if its labels or annotations differ.
+    /// Also publishes the KV-cache usage `probe` reads.
+    pub fn with_kv_cache(mut self, probe: KvCacheProbe) -> Self {
+        self.kv_cache = Some(probe);
+        self
+    }
+
+    /// One pass: discover (off the async threads), export metrics, read
+    /// the KV-cache usage (when enabled), and update the Node if its labels
+    /// or annotations differ.
     pub async fn pass(&mut self) -> anyhow::Result<Outcome> {
         let mut discovery = self
             .discovery
@@ -100,7 +110,16 @@ impl Agent {
         .await?;
         self.discovery = Some(discovery);
         self.metrics.record_inventory(&self.node_name, &inventory);
-        let desired = labels::desired(&inventory, &self.keys);
+        let mut desired = labels::desired(&inventory, &self.keys);
+        if let Some(probe) = &self.kv_cache {
+            match probe.average_usage().await {
+                Ok(Some(usage)) => labels::add_kv_cache_usage(&mut desired, &self.keys, usage),
+                Ok(None) => {}
+                // Without the figure the annotation is dropped rather than
+                // left stale.
+                Err(err) => tracing::warn!(error = %err, "listing model pods failed"),
+            }
+        }
         let outcome = self.publisher.publish(&desired).await;
         match &outcome {
             Ok(Outcome::Unchanged) => self.metrics.record_update("unchanged"),

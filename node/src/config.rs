@@ -44,6 +44,11 @@ pub struct AgentConfig {
     #[arg(long, env = "FLEXINFER_AMD_MIN_DISCRETE_VRAM_MB", default_value_t = DEFAULT_MIN_DISCRETE_VRAM_MIB)]
     pub min_discrete_vram_mb: u64,
 
+    /// Scrapes the KV-cache usage of the node's model servers (needs
+    /// `list` on pods) for the `kv-cache-usage` annotation.
+    #[arg(long, env = "FLEXINFER_AGENT_KV_CACHE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub kv_cache: bool,
+
     /// Discover once, print the labels and annotations as JSON and exit,
     /// without contacting the API server.
     #[arg(long)]

@@ -13,7 +13,9 @@
 //!
 //! Annotations: `<p>gpu-free-memory` (free VRAM in MiB summed over the
 //! GPUs, `%d`) and `<p>gpu.util` (average GPU utilisation in percent,
-//! `%.2f`), each only when at least one GPU reports it.
+//! `%.2f`), each only when at least one GPU reports it; and
+//! `<p>kv-cache-usage` (average KV-cache usage ratio of the node's model
+//! servers, `%.4f`, see [`crate::kv_cache`]) when one reports it.
 //!
 //! Without GPUs only `cpu.avx512` is set, so the scheduler extender's
 //! filter keeps GPU pods off the node. A node with GPUs of both vendors is
@@ -83,6 +85,10 @@ impl LabelKeys {
     pub fn gpu_util(&self) -> String {
         self.key(keys::NODE_GPU_UTIL)
     }
+    /// `<p>kv-cache-usage`.
+    pub fn kv_cache_usage(&self) -> String {
+        self.key(keys::NODE_KV_CACHE_USAGE)
+    }
 
     /// Every label the agent owns.
     pub fn managed_labels(&self) -> [String; 6] {
@@ -97,8 +103,12 @@ impl LabelKeys {
     }
 
     /// Every annotation the agent owns.
-    pub fn managed_annotations(&self) -> [String; 2] {
-        [self.gpu_free_memory(), self.gpu_util()]
+    pub fn managed_annotations(&self) -> [String; 3] {
+        [
+            self.gpu_free_memory(),
+            self.gpu_util(),
+            self.kv_cache_usage(),
+        ]
     }
 }
 
@@ -115,6 +125,12 @@ pub struct NodeMetadata {
     pub labels: BTreeMap<String, String>,
     /// Annotations.
     pub annotations: BTreeMap<String, String>,
+}
+
+/// Adds the KV-cache usage annotation.
+pub fn add_kv_cache_usage(meta: &mut NodeMetadata, keys: &LabelKeys, usage: f64) {
+    meta.annotations
+        .insert(keys.kv_cache_usage(), format!("{usage:.4}"));
 }
 
 /// What the node should carry.
@@ -302,6 +318,10 @@ mod tests {
         assert!(meta.labels.keys().all(|k| k.starts_with("example.com/")));
         assert_eq!(keys.managed_labels()[0], "example.com/gpu.vendor");
         assert_eq!(keys.managed_annotations()[1], "example.com/gpu.util");
+        assert_eq!(keys.managed_annotations()[2], "example.com/kv-cache-usage");
+        let mut meta = meta;
+        add_kv_cache_usage(&mut meta, &keys, 0.123456);
+        assert_eq!(meta.annotations["example.com/kv-cache-usage"], "0.1235");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! 1. discovers the node's hardware: NVIDIA GPUs through NVML
 //!    ([`nvidia`], library loaded at run time), AMD GPUs through sysfs and
 //!    the KFD topology ([`amd`]), CPU features ([`cpu`]);
-//! 2. exports per-GPU metrics ([`metrics`]);
+//! 2. exports per-GPU metrics ([`metrics`]) and reads the KV-cache usage
+//!    of the model servers on the node ([`kv_cache`]);
 //! 3. computes the labels and annotations the node should carry
 //!    ([`labels`], pure);
 //! 4. compares them with the Node object and patches only what changed
@@ -22,6 +23,7 @@ pub mod amd;
 pub mod config;
 pub mod cpu;
 pub mod inventory;
+pub mod kv_cache;
 pub mod labels;
 pub mod metrics;
 pub mod nvidia;

@@ -10,6 +10,7 @@ use axum::Router;
 use clap::Parser;
 use flexinfer_node::agent::{dry_run, Agent, Discovery};
 use flexinfer_node::config::AgentConfig;
+use flexinfer_node::kv_cache::{KvCacheProbe, DEFAULT_PORTS};
 use flexinfer_node::labels::LabelKeys;
 use flexinfer_node::metrics::Metrics;
 use flexinfer_node::publish::NodePublisher;
@@ -105,10 +106,12 @@ async fn main() -> anyhow::Result<()> {
         metrics = %addr,
         "flexinfer-agent started"
     );
-    let publisher = NodePublisher::new(client, node_name.clone(), keys.clone());
-    Agent::new(node_name, keys, discovery, publisher, metrics)
-        .run(config.interval, shutdown_signal())
-        .await;
+    let publisher = NodePublisher::new(client.clone(), node_name.clone(), keys.clone());
+    let mut agent = Agent::new(node_name.clone(), keys, discovery, publisher, metrics);
+    if config.kv_cache {
+        agent = agent.with_kv_cache(KvCacheProbe::new(client, node_name, DEFAULT_PORTS.to_vec()));
+    }
+    agent.run(config.interval, shutdown_signal()).await;
     server.await?.context("serving metrics")?;
     tracing::info!("flexinfer-agent stopped");
     Ok(())

@@ -241,8 +241,16 @@ impl Extender {
             passed = passing.len();
             result.nodes = Some(passing);
         } else if let Some(names) = &request.node_names {
-            let store = self.nodes.as_ref().ok_or(RequestError::NoNodeCache)?;
             let mut passing = Vec::with_capacity(names.len());
+            if !pod.wants_gpu() {
+                // Nothing to check: no node lookups needed.
+                passing.extend(names.iter().map(String::as_str));
+                passed = passing.len();
+                result.node_names = Some(passing);
+                self.metrics.observe_filter(passed, &rejections);
+                return Ok(result.to_json());
+            }
+            let store = self.nodes.as_ref().ok_or(RequestError::NoNodeCache)?;
             for name in names {
                 let Some(node) = store.node(name) else {
                     reject(&mut result, name, Rejection::UnknownNode);
@@ -281,6 +289,17 @@ impl Extender {
                 .map(|item| Some(NodeFacts::from_view(&item.view)))
                 .collect()
         } else if let Some(names) = &request.node_names {
+            if !pod.is_model_workload() {
+                let flat: Vec<HostPriority> = names
+                    .iter()
+                    .map(|name| HostPriority {
+                        host: name.clone(),
+                        score: 0,
+                    })
+                    .collect();
+                return serde_json::to_vec(&flat)
+                    .map_err(|err| RequestError::Body(err.to_string()));
+            }
             let store = self.nodes.as_ref().ok_or(RequestError::NoNodeCache)?;
             cached = names.iter().map(|name| store.node(name)).collect();
             cached
@@ -451,6 +470,19 @@ mod tests {
     }
 
     #[test]
+    fn cpu_pods_with_node_names_need_no_node_cache() {
+        let ext = extender(StaticTpsSource::default());
+        let pod = json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c"}]}});
+        let result = filter(&ext, json!({"Pod": pod, "NodeNames": ["a", "b"]}));
+        assert_eq!(result["NodeNames"], json!(["a", "b"]));
+        assert_eq!(result["Error"], "");
+        let body = json!({"Pod": pod, "NodeNames": ["a"]}).to_string();
+        let priorities: Value =
+            serde_json::from_slice(&ext.prioritize(body.as_bytes()).unwrap()).unwrap();
+        assert_eq!(priorities, json!([{"Host": "a", "Score": 0}]));
+    }
+
+    #[test]
     fn cpu_pods_pass_every_node() {
         let ext = extender(StaticTpsSource::default());
         let pod = json!({"metadata": {"name": "web", "namespace": "default"},
@@ -470,7 +502,10 @@ mod tests {
                 b"{\"Pod\":{}}",
                 "ExtenderArgs has neither Nodes nor NodeNames",
             ),
-            (b"{\"Pod\":{},\"NodeNames\":[\"a\"]}", "keeps no node cache"),
+            (
+                br#"{"Pod":{"spec":{"containers":[{"name":"c","resources":{"limits":{"amd.com/gpu":"1"}}}]}},"NodeNames":["a"]}"#,
+                "keeps no node cache",
+            ),
             (b"[1,2]", "failed to decode ExtenderArgs"),
             (b"", "failed to decode ExtenderArgs"),
         ] {

@@ -18,7 +18,7 @@
 //! | `tps` | benchmark ConfigMaps ([`crate::tps`]) | 0 |
 //! | `util` | node annotation `flexinfer.ai/gpu.util` (percent, node agent) | 0 |
 //! | `cost` | node annotation `flexinfer.ai/cost` (set by the cluster admin) | 0 |
-//! | `cacheUsage` | node annotation `flexinfer.ai/kv-cache-usage` (ratio 0–1) | 0 |
+//! | `cacheUsage` | node annotation `flexinfer.ai/kv-cache-usage` (ratio 0–1, node agent) | 0 |
 //! | `freeRatio` | annotation `flexinfer.ai/gpu-free-memory` ÷ (label `gpu.vram` × label `gpu.count`), clamped to 0–1 | 0 |
 //! | `tenantHeadroom` | `1 − usedGPUs ÷ budget` ([`crate::tenant`]) | 0 (fair share disabled) |
 //!

@@ -36,6 +36,8 @@ pub struct Gateway {
     /// Admin (metrics) address.
     pub admin: SocketAddr,
     dir: tempfile::TempDir,
+    /// Stop with SIGINT (which stops local model processes) when dropped.
+    interrupt_on_drop: bool,
 }
 
 impl Gateway {
@@ -66,9 +68,94 @@ impl Gateway {
             addr,
             admin,
             dir,
+            interrupt_on_drop: false,
         };
         gw.wait_ready();
         gw
+    }
+
+    /// [`Self::start`] for a model file with local models (`command`): when
+    /// dropped, the gateway is stopped with SIGINT so that it stops its child
+    /// processes, rather than killed (which would leave them running).
+    pub fn start_local(yaml: &str, extra: &[&str]) -> Self {
+        let mut gw = Self::start(yaml, extra);
+        gw.interrupt_on_drop = true;
+        gw
+    }
+
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGINT (fast shutdown: the gateway stops its local model
+    /// processes, then exits) and waits up to `limit`; whether it exited.
+    pub fn interrupt(&mut self, limit: Duration) -> bool {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return true;
+        }
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// `GET /admin/models` on the proxy port.
+    pub async fn admin_models(&self) -> Value {
+        let resp = client()
+            .get(self.url("/admin/models"))
+            .send()
+            .await
+            .expect("GET /admin/models");
+        assert_eq!(resp.status(), 200, "GET /admin/models");
+        resp.json().await.expect("/admin/models JSON")
+    }
+
+    /// Polls `/admin/models` every 20 ms until `done` holds for the report
+    /// and returns that report; panics with the last one after `limit`.
+    pub async fn wait_admin(
+        &self,
+        limit: Duration,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let report = self.admin_models().await;
+            if done(&report) {
+                return report;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {limit:?}; last /admin/models: {report:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `status.phase` of `model` in `GET /v1/models`.
+    pub async fn listed_phase(&self, model: &str) -> String {
+        let list: Value = client()
+            .get(self.url("/v1/models"))
+            .send()
+            .await
+            .expect("GET /v1/models")
+            .json()
+            .await
+            .expect("/v1/models JSON");
+        list["data"]
+            .as_array()
+            .and_then(|d| d.iter().find(|m| m["id"] == model))
+            .and_then(|m| m["status"]["phase"].as_str())
+            .unwrap_or_else(|| panic!("no status.phase for {model} in {list}"))
+            .to_string()
     }
 
     fn wait_ready(&self) {
@@ -147,9 +234,55 @@ impl Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
+        if self.interrupt_on_drop {
+            self.interrupt(Duration::from_secs(15));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The entry of `model` in an `/admin/models` report.
+pub fn admin_model<'a>(report: &'a Value, model: &str) -> &'a Value {
+    report["models"]
+        .as_array()
+        .and_then(|models| models.iter().find(|m| m["name"] == model))
+        .unwrap_or_else(|| panic!("no model {model} in /admin/models: {report}"))
+}
+
+/// Whether something accepts TCP connections on `127.0.0.1:port` now.
+pub async fn accepts(port: u16) -> bool {
+    matches!(
+        tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(("127.0.0.1", port)),
+        )
+        .await,
+        Ok(Ok(_))
+    )
+}
+
+/// Whether process `pid` is gone (or a zombie awaiting its parent).
+pub fn process_gone(pid: u64) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().next());
+    matches!(state, None | Some("Z") | Some("X"))
+}
+
+/// A model-file entry for `name`, run by the gateway as a `flexinfer-sim`
+/// child on `port` that turns healthy after `startup_delay` and answers at
+/// once; `extra` is YAML appended to the entry (indented by four spaces).
+pub fn local_sim_model(name: &str, port: u16, startup_delay: &str, extra: &str) -> String {
+    let bin = SimProcess::binary().expect("flexinfer-sim binary (cargo build --workspace)");
+    format!(
+        "  - name: {name}\n    command: \"{bin}\"\n    args: [--port, \"{port}\", --model, {name}, \
+         --pod-name, {name}, --startup-delay, {startup_delay}, --ttft, 0s, --tokens-per-second, \"0\"]\n    \
+         port: {port}\n{extra}",
+        bin = bin.display()
+    )
 }
 
 /// Sum of a metric line's value, 0 when absent.

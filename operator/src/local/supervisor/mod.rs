@@ -102,6 +102,7 @@ pub(crate) fn spawn(
             run: Run::Stopped,
             pending: boot_demand,
             demand: boot_demand.then_some(Demand { depth: 1, at: boot }),
+            queued: 0,
             failure: None,
             last_failure: None,
             consecutive_failures: 0,
@@ -195,6 +196,7 @@ impl Supervisor {
                 let Some(m) = self.models.get_mut(model) else {
                     return;
                 };
+                m.queued = queued;
                 m.demand = match (queued, m.demand) {
                     (0, _) => None,
                     (queued, Some(d)) if queued <= d.depth => Some(Demand { depth: queued, ..d }),
@@ -325,7 +327,7 @@ impl Supervisor {
                     priority: m.spec.priority,
                     failed: m.failure.is_some(),
                     last_active: self.shared.cells[idx].last_active(),
-                    demand: m.demand,
+                    demand: self.demand_now(idx, now),
                 }
             })
             .collect();
@@ -351,7 +353,7 @@ impl Supervisor {
         if m.failure.is_some() {
             return false;
         }
-        let queued = m.demand.is_some_and(|d| {
+        let queued = self.demand_now(model, now).is_some_and(|d| {
             d.depth > 0 && since(now, d.at) <= self.config.group_policy.demand_window
         });
         let pending = m.pending || queued || matches!(m.run, Run::Starting { .. });
@@ -361,6 +363,23 @@ impl Supervisor {
             None
         };
         desired_replicas(&m.spec.serverless, last_active, pending, now) >= 1
+    }
+
+    /// The model's demand as the policies weigh it at `now`. Requests the
+    /// gateway reports still queued are demand now, however long ago they
+    /// arrived: they leave the queue when served or refused, so they never go
+    /// stale, and a member whose requests wait longer than the demand window
+    /// (for the cooldown to pass, say) must not lose its claim to the GPU.
+    /// Other demand (implied by an activation) counts from its time.
+    fn demand_now(&self, model: usize, now: SystemTime) -> Option<Demand> {
+        let m = &self.models[model];
+        m.demand.map(|d| {
+            if m.queued > 0 {
+                Demand { at: now, ..d }
+            } else {
+                d
+            }
+        })
     }
 
     fn action(&self, model: usize, now: SystemTime, instant: Instant) -> Action {

@@ -120,6 +120,8 @@ pub(super) struct Model {
     pub(super) pending: bool,
     /// Requests waiting, as reported (or implied by an activation in a group).
     pub(super) demand: Option<Demand>,
+    /// Requests the gateway last reported queued (0: none, or never reported).
+    pub(super) queued: u32,
     /// Set while `Failed`.
     pub(super) failure: Option<String>,
     /// The failure an activation cleared, for the message while retrying.
