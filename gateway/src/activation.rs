@@ -118,6 +118,12 @@ impl ModelQueue {
                     return;
                 }
             }
+            // A request that saw the model not ready just before it turned
+            // ready may have queued after the release above; no change will
+            // come to wake it, so release it now.
+            if status.borrow().phase == Phase::Ready {
+                continue;
+            }
             if status.changed().await.is_err() {
                 self.release(&Err(ApiError::activation_failed(
                     &model,

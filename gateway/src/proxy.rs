@@ -218,13 +218,8 @@ impl Gateway {
         Ok(Some(true))
     }
 
-    async fn list_models(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        if session.req_header().method != http::Method::GET {
-            let m = session.req_header().method.to_string();
-            return self
-                .reject(session, ctx, ApiError::method_not_allowed(&m))
-                .await;
-        }
+    /// The OpenAI model list, with each model's phase as an extension field.
+    fn model_list(&self) -> serde_json::Value {
         let lifecycle = self.activation.as_ref().map(|q| q.lifecycle());
         let data: Vec<serde_json::Value> = self
             .registry
@@ -246,33 +241,31 @@ impl Gateway {
                 })
             })
             .collect();
-        let body = serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
-            .unwrap_or_default();
-        respond(
-            session,
-            ctx,
-            200,
-            "application/json",
-            Bytes::from(body),
-            &[],
-        )
-        .await?;
-        Ok(true)
+        serde_json::json!({"object": "list", "data": data})
     }
 
     /// Phase, queue depth, activity and swap history of models run on demand.
-    async fn admin_models(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+    fn admin_report(&self) -> serde_json::Value {
+        match &self.activation {
+            Some(q) => q.lifecycle().report(),
+            None => serde_json::json!({"models": [], "groups": []}),
+        }
+    }
+
+    /// Answers a read-only JSON route (`GET` only).
+    async fn serve_json(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        build: impl FnOnce(&Self) -> serde_json::Value,
+    ) -> Result<bool> {
         if session.req_header().method != http::Method::GET {
             let m = session.req_header().method.to_string();
             return self
                 .reject(session, ctx, ApiError::method_not_allowed(&m))
                 .await;
         }
-        let report = match &self.activation {
-            Some(q) => q.lifecycle().report(),
-            None => serde_json::json!({"models": [], "groups": []}),
-        };
-        let body = serde_json::to_vec(&report).unwrap_or_default();
+        let body = serde_json::to_vec(&build(self)).unwrap_or_default();
         respond(
             session,
             ctx,
@@ -729,8 +722,8 @@ impl ProxyHttp for Gateway {
             }
         }
         match session.req_header().uri.path() {
-            "/v1/models" => return self.list_models(session, ctx).await,
-            "/admin/models" => return self.admin_models(session, ctx).await,
+            "/v1/models" => return self.serve_json(session, ctx, Self::model_list).await,
+            "/admin/models" => return self.serve_json(session, ctx, Self::admin_report).await,
             _ => {}
         }
         if let Some(limiter) = &self.global_limiter {

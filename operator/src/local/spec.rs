@@ -13,8 +13,10 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
 /// Default period of the idle/leader re-evaluation.
 pub const DEFAULT_TICK: Duration = Duration::from_secs(1);
-/// Default interval between health probes of a loading child.
-pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_millis(100);
+/// Default interval between health probes of a loading child: it bounds how
+/// long queued requests wait after the backend is actually ready, and a probe
+/// is one loopback request, so it is kept short.
+pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_millis(20);
 /// Default wait before the first retry of a failed model (doubles each time).
 pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(1);
 /// Default cap of the retry backoff.
