@@ -5,9 +5,12 @@
 //! each node's name, labels and annotations. Decoding the body with a
 //! general JSON parser and then re-reading each node's metadata would cost
 //! two passes over those megabytes; this module instead locates each
-//! node's boundaries in a single byte pass that only tracks strings and
+//! node's boundaries in a single pass that only tracks strings and
 //! brackets, and hands only the small parts (the Pod, each node's
-//! metadata) to `serde_json`.
+//! metadata) to `serde_json`. The parts it skips — most of each Node —
+//! are classified 64 bytes at a time into bit masks of quotes, backslashes
+//! and brackets, so skipping runs close to memory speed; strings it reads
+//! are delimited with `memchr`.
 //!
 //! The scanner assumes well-formed JSON, which is what kube-scheduler
 //! sends. On malformed input it returns an error or spans that the
@@ -305,8 +308,9 @@ fn value_end(bytes: &[u8], at: usize) -> Result<usize, ScanError> {
 fn string_end(bytes: &[u8], at: usize) -> Result<usize, ScanError> {
     let mut i = at + 1;
     loop {
-        i = next_quote_or_backslash(bytes, i).ok_or(error("'\"'", at))?;
-        if bytes[i] == b'"' {
+        let rest = bytes.get(i..).ok_or(error("'\"'", at))?;
+        i += memchr::memchr2(b'"', b'\\', rest).ok_or(error("'\"'", at))?;
+        if bytes.get(i) == Some(&b'"') {
             return Ok(i + 1);
         }
         // A backslash escapes the next byte (`\u` hex digits need no care).
@@ -314,55 +318,160 @@ fn string_end(bytes: &[u8], at: usize) -> Result<usize, ScanError> {
     }
 }
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
+/// Bytes per [`Block`]: one bit of each mask per byte, lowest bit first.
+const BLOCK: usize = 64;
 
-/// High bit set in each byte of `word` equal to `byte` (exact for the
-/// lowest match, which is all that is used).
-fn matches(word: u64, byte: u8) -> u64 {
-    let x = word ^ (ONES * u64::from(byte));
-    x.wrapping_sub(ONES) & !x & HIGHS
+/// Where a block of [`BLOCK`] bytes has quotes, backslashes and the two
+/// brackets of one kind.
+#[derive(Debug, PartialEq, Eq)]
+struct Block {
+    quotes: u64,
+    backslashes: u64,
+    opens: u64,
+    closes: u64,
 }
 
-/// The index of the first `"` or `\` at or after `from`, eight bytes at a
-/// time: string contents are most of a Node's bytes.
-fn next_quote_or_backslash(bytes: &[u8], from: usize) -> Option<usize> {
-    let mut i = from;
-    while let Some(chunk) = bytes.get(i..i + 8) {
-        let word = u64::from_le_bytes(chunk.try_into().ok()?);
-        let mask = matches(word, b'"') | matches(word, b'\\');
-        if mask != 0 {
-            return Some(i + (mask.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    bytes
-        .get(i..)?
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\')
-        .map(|p| i + p)
-}
-
-/// The offset just after the object or array opening at `at`. Only its
-/// own bracket kind is counted: in well-formed JSON each kind balances on
-/// its own.
-fn container_end(bytes: &[u8], at: usize, open: u8, close: u8) -> Result<usize, ScanError> {
-    let mut depth = 0usize;
-    let mut i = at;
-    while let Some(&b) = bytes.get(i) {
-        if b == b'"' {
-            i = string_end(bytes, i)?;
-            continue;
-        }
-        if b == open {
-            depth += 1;
-        } else if b == close {
-            depth = depth.saturating_sub(1);
-            if depth == 0 {
-                return Ok(i + 1);
+impl Block {
+    /// Classifies `bytes` with SSE2, which every x86-64 CPU has.
+    #[cfg(target_arch = "x86_64")]
+    fn new(bytes: &[u8; BLOCK], open: u8, close: u8) -> Block {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        };
+        let mut masks = [0u64; 4];
+        for (k, chunk) in bytes.chunks_exact(16).enumerate() {
+            // SAFETY: SSE2 is part of the x86-64 baseline, and `chunk` is
+            // 16 readable bytes (unaligned loads are allowed).
+            unsafe {
+                let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
+                for (mask, byte) in masks.iter_mut().zip([b'"', b'\\', open, close]) {
+                    let eq = _mm_cmpeq_epi8(v, _mm_set1_epi8(byte as i8));
+                    *mask |= u64::from(_mm_movemask_epi8(eq) as u16) << (16 * k);
+                }
             }
         }
-        i += 1;
+        let [quotes, backslashes, opens, closes] = masks;
+        Block {
+            quotes,
+            backslashes,
+            opens,
+            closes,
+        }
+    }
+
+    /// Classifies `bytes` with [`Block::portable`].
+    #[cfg(not(target_arch = "x86_64"))]
+    fn new(bytes: &[u8; BLOCK], open: u8, close: u8) -> Block {
+        Block::portable(bytes, open, close)
+    }
+
+    /// Classifies `bytes` eight at a time in plain integer arithmetic (the
+    /// path for other targets, and the reference in tests).
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    fn portable(bytes: &[u8; BLOCK], open: u8, close: u8) -> Block {
+        let mut masks = [0u64; 4];
+        for (k, chunk) in bytes.chunks_exact(8).enumerate() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let word = u64::from_le_bytes(word);
+            for (mask, byte) in masks.iter_mut().zip([b'"', b'\\', open, close]) {
+                *mask |= byte_bits(word, byte) << (8 * k);
+            }
+        }
+        let [quotes, backslashes, opens, closes] = masks;
+        Block {
+            quotes,
+            backslashes,
+            opens,
+            closes,
+        }
+    }
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const LOWS: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+
+/// Bit `k` set where byte `k` of `word` (little-endian) equals `byte`.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn byte_bits(word: u64, byte: u8) -> u64 {
+    let x = word ^ (ONES * u64::from(byte));
+    // High bit of each byte set exactly where that byte of `x` is zero.
+    let zero = !(((x & LOWS) + LOWS) | x) & !LOWS;
+    // Gather the eight high bits into the low byte.
+    ((zero >> 7).wrapping_mul(0x0102_0408_1020_4080)) >> 56
+}
+
+/// Bit `i` of the result is the XOR of bits `0..=i` of `x`.
+fn prefix_xor(mut x: u64) -> u64 {
+    for shift in [1, 2, 4, 8, 16, 32] {
+        x ^= x << shift;
+    }
+    x
+}
+
+/// The offset just after the object or array opening at `at`, 64 bytes at
+/// a time: each block is classified into bit masks, escaped quotes are
+/// dropped, the bytes inside strings found by a prefix XOR of the quotes,
+/// and the brackets outside strings counted. Only its own bracket kind is
+/// counted: in well-formed JSON each kind balances on its own.
+fn container_end(bytes: &[u8], at: usize, open: u8, close: u8) -> Result<usize, ScanError> {
+    let mut depth = 0usize;
+    // All ones while inside a string across a block boundary.
+    let mut in_string = 0u64;
+    // Whether the first byte of the next block is escaped.
+    let mut escaped_carry = 0u64;
+    let mut i = at;
+    while i < bytes.len() {
+        let mut padded = [b' '; BLOCK];
+        let block: &[u8; BLOCK] = match bytes.get(i..i + BLOCK) {
+            Some(full) => full.try_into().map_err(|_| error("a value", i))?,
+            None => {
+                let tail = bytes.get(i..).unwrap_or_default();
+                for (byte, &b) in padded.iter_mut().zip(tail) {
+                    *byte = b;
+                }
+                &padded
+            }
+        };
+        let Block {
+            quotes,
+            backslashes,
+            opens,
+            closes,
+        } = Block::new(block, open, close);
+
+        let mut escaped = escaped_carry;
+        escaped_carry = 0;
+        let mut rest = backslashes & !escaped;
+        while rest != 0 {
+            let bit = rest.trailing_zeros();
+            if bit == 63 {
+                escaped_carry = 1;
+            } else {
+                escaped |= 1 << (bit + 1);
+            }
+            // The byte after a backslash is escaped, even a backslash.
+            rest &= !(1 << bit) & !escaped;
+        }
+
+        let strings = prefix_xor(quotes & !escaped) ^ in_string;
+        in_string = ((strings as i64) >> 63) as u64;
+        let opens = opens & !strings;
+        let closes = closes & !strings;
+        let mut brackets = opens | closes;
+        while brackets != 0 {
+            let bit = brackets.trailing_zeros();
+            brackets &= brackets - 1;
+            if opens & (1 << bit) != 0 {
+                depth += 1;
+            } else {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return Ok(i + bit as usize + 1);
+                }
+            }
+        }
+        i += BLOCK;
     }
     Err(error("a closing bracket", at))
 }
@@ -492,6 +601,105 @@ mod tests {
         .to_string();
         for end in 0..body.len() {
             let _ = parse(&body[..end]);
+        }
+    }
+    /// A small deterministic generator (xorshift64).
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    #[test]
+    fn block_classification_matches_bytes() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let alphabet = b"\"\\{}[]a \x80\xff\x00";
+        for _ in 0..500 {
+            let mut bytes = [0u8; BLOCK];
+            for byte in &mut bytes {
+                *byte = alphabet[rng.below(alphabet.len())];
+            }
+            let bits = |wanted: u8| {
+                bytes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &b)| b == wanted)
+                    .fold(0u64, |mask, (k, _)| mask | 1 << k)
+            };
+            let expected = Block {
+                quotes: bits(b'"'),
+                backslashes: bits(b'\\'),
+                opens: bits(b'{'),
+                closes: bits(b'}'),
+            };
+            assert_eq!(Block::new(&bytes, b'{', b'}'), expected);
+            assert_eq!(Block::portable(&bytes, b'{', b'}'), expected);
+        }
+    }
+
+    #[test]
+    fn escapes_and_brackets_across_block_boundaries() {
+        for pad in 0..2 * BLOCK {
+            for tricky in [r#"\\"#, r#"\""#, r#"\\\""#, "}]{[", r#"\\\\"#, r#"\u0022"#] {
+                let value = json!({"metadata": {"name": "n"},
+                                   "status": {"a": "x".repeat(pad), "b": [tricky, {"c": tricky}], "d": {}}});
+                let body =
+                    json!({"Nodes": {"items": [value, {"metadata": {"name": "m"}}]}}).to_string();
+                let spans = parse(&body).unwrap();
+                let nodes = raw(&spans).unwrap();
+                assert_eq!(nodes.len(), 2, "{body}");
+                assert_eq!(serde_json::from_str::<Value>(nodes[0]).unwrap(), value);
+                assert_eq!(nodes[1], r#"{"metadata":{"name":"m"}}"#);
+            }
+        }
+    }
+
+    #[test]
+    fn mutated_and_truncated_fixture_never_panics() {
+        let node: Value =
+            serde_json::from_str(include_str!("../tests/fixtures/node-gpu.json")).unwrap();
+        let pod: Value =
+            serde_json::from_str(include_str!("../tests/fixtures/pod-vllm.json")).unwrap();
+        let body = json!({"Pod": pod, "Nodes": {"metadata": {}, "items": [node.clone(), node]}})
+            .to_string()
+            .into_bytes();
+        let spans = args(std::str::from_utf8(&body).unwrap()).unwrap();
+        assert_eq!(spans.nodes.unwrap().len(), 2);
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let alphabet = b"\"\\{}[],: a0n";
+        for round in 0..3000 {
+            let mut bytes = body.clone();
+            for _ in 0..1 + rng.below(3) {
+                let at = rng.below(bytes.len());
+                match rng.below(3) {
+                    0 => bytes[at] = alphabet[rng.below(alphabet.len())],
+                    1 => {
+                        bytes.remove(at);
+                    }
+                    _ => bytes.insert(at, alphabet[rng.below(alphabet.len())]),
+                }
+            }
+            if round % 2 == 0 {
+                bytes.truncate(rng.below(bytes.len()));
+            }
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                continue;
+            };
+            if let Ok(spans) = args(text) {
+                // Whatever is found lies within the body.
+                for node in spans.nodes.iter().flatten() {
+                    assert!(text.contains(node.raw));
+                }
+            }
         }
     }
 }
