@@ -164,6 +164,18 @@ fn expect_chat_completion(resp: &Response) -> Result<Value> {
 }
 
 /// An OpenAI error envelope; returns `error.code`.
+/// The status, the OpenAI error envelope and its `error.code`, all at once.
+fn expect_error(resp: &Response, status: u16, code: &str) -> Result<()> {
+    expect_status(resp, status)?;
+    let got = expect_error_envelope(resp)?;
+    ensure!(
+        got == code,
+        "error.code is {got}, not \"{code}\": {}",
+        resp.describe()
+    );
+    Ok(())
+}
+
 fn expect_error_envelope(resp: &Response) -> Result<Value> {
     let body = expect_json(resp)?;
     ensure!(
@@ -326,13 +338,7 @@ fn missing_model(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
             Call::post_json("/v1/chat/completions", &chat_body(None)),
         )
         .await?;
-        expect_status(&resp, 400)?;
-        let code = expect_error_envelope(&resp)?;
-        ensure!(
-            code == "missing_required_field",
-            "error.code is {code}, not \"missing_required_field\": {}",
-            resp.describe()
-        );
+        expect_error(&resp, 400, "missing_required_field")?;
         Ok(Verdict::Pass)
     })
 }
@@ -341,13 +347,7 @@ fn unknown_model(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
     Box::pin(async move {
         let body = chat_body(Some(UNKNOWN_MODEL));
         let resp = send(ctx, Call::post_json("/v1/chat/completions", &body)).await?;
-        expect_status(&resp, 404)?;
-        let code = expect_error_envelope(&resp)?;
-        ensure!(
-            code == "model_not_found",
-            "error.code is {code}, not \"model_not_found\": {}",
-            resp.describe()
-        );
+        expect_error(&resp, 404, "model_not_found")?;
         Ok(Verdict::Pass)
     })
 }
