@@ -7,4 +7,4 @@ scripts/setup.sh
 export FLEXINFER_PYTHON="$PWD/.venv/bin/python"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
+cargo test --workspace --no-fail-fast

@@ -45,13 +45,22 @@ fn contents(events: &[Event]) -> Vec<(Duration, String)> {
         .collect()
 }
 
+/// The first content chunk leaves the gateway as soon as the backend sends
+/// it. The backend needs 200 ms for the first token and 100 ms for each of
+/// the five others, so a gateway that held the stream back (buffered it, or
+/// waited for a second chunk) would deliver the first one at least 100 ms
+/// late; the margin below is half of that, wide enough for a loaded machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_chunk_is_as_early_as_direct() {
-    let sim = pod("pod-a", &["m"], &["--ttft", "200ms"]);
+    let sim = pod(
+        "pod-a",
+        &["m"],
+        &["--ttft", "200ms", "--tokens-per-second", "10"],
+    );
     let yaml = format!("models:\n- name: m\n  endpoints: {}\n", endpoints(&[&sim]));
     let gw = Gateway::start(&yaml, &[]);
     let gateway_base = format!("http://{}", gw.addr);
-    let body = stream_body("m", 2);
+    let body = stream_body("m", 6);
     // One client per side, each warmed up so both measure a reused
     // connection (the gateway's upstream connection is pooled too).
     let direct_client = support::client();
@@ -60,23 +69,25 @@ async fn first_chunk_is_as_early_as_direct() {
     stream(&gateway_client, &gateway_base, &body).await;
 
     let (mut direct, mut through) = (Vec::new(), Vec::new());
-    for _ in 0..7 {
+    for _ in 0..5 {
         let events = stream(&direct_client, &sim.base_url(), &body).await;
         direct.push(contents(&events)[0].0);
         let events = stream(&gateway_client, &gateway_base, &body).await;
-        through.push(contents(&events)[0].0);
+        let tokens = contents(&events);
+        assert_eq!(tokens.len(), 6, "the stream lost chunks");
+        through.push(tokens[0].0);
     }
     let (d, g) = (median(&direct), median(&through));
     println!(
-        "first content chunk, median of 7: direct {:.2} ms, through the gateway {:.2} ms \
+        "first content chunk, median of 5: direct {:.2} ms, through the gateway {:.2} ms \
          (direct {direct:?}, gateway {through:?})",
         d.as_secs_f64() * 1e3,
         g.as_secs_f64() * 1e3
     );
     assert!(d >= Duration::from_millis(200), "TTFT not simulated: {d:?}");
     assert!(
-        g <= d + Duration::from_millis(5),
-        "the gateway delays the first chunk: direct {d:?}, gateway {g:?}"
+        g < d + Duration::from_millis(50),
+        "the gateway held the first chunk back: direct {d:?}, gateway {g:?}"
     );
 }
 
@@ -99,9 +110,10 @@ async fn chunks_keep_the_backend_spacing() {
     let span = tokens[11].0 - tokens[0].0;
     let gap = median(&gaps);
     println!("20 tokens/s through the gateway: median gap {gap:?}, span {span:?}, gaps {gaps:?}");
-    // 50 ms apart, not delivered in one burst at the end.
+    // 50 ms apart, not delivered in one burst at the end (the range leaves
+    // room for a loaded machine; a buffering proxy gives a gap near zero).
     assert!(
-        (Duration::from_millis(40)..=Duration::from_millis(65)).contains(&gap),
+        (Duration::from_millis(30)..=Duration::from_millis(90)).contains(&gap),
         "median gap {gap:?}: {gaps:?}"
     );
     assert!(span >= Duration::from_millis(450), "11 gaps in {span:?}");
