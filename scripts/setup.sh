@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 need_pkgs=()
 command -v cmake >/dev/null 2>&1 || need_pkgs+=(cmake)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-venv)
+# Prometheus and promtool for the metrics lane (gateway/tests/prometheus.rs).
+command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -21,4 +23,18 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import openai' >/dev/null
   echo "setup: creating .venv with the OpenAI SDK"
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check 'openai>=1.40'
+fi
+
+# Offline rendering and validation of the Helm chart
+# (docs/gen/tests/docs/helm_chart.rs runs helm/tests/check_chart.py): Helm's Go SDK
+# as a Python library, the Kubernetes OpenAPI schemas, JSON Schema for our CRDs.
+helm_pkgs=('helm-python-sdk==0.2.2' 'kubernetes-validate==1.37.0' 'jsonschema==4.26.0' 'PyYAML==6.0.4')
+if ! .venv/bin/python - "${helm_pkgs[@]}" >/dev/null 2>&1 <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(name) != want for name, want in (p.split("==") for p in sys.argv[1:])))
+PY
+then
+  echo "setup: installing the Helm chart test packages into .venv"
+  .venv/bin/pip install --quiet --disable-pip-version-check "${helm_pkgs[@]}"
 fi

@@ -5,6 +5,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export FLEXINFER_PYTHON="$PWD/.venv/bin/python"
+# The real-backend lane (a real llama.cpp server and model, built once into
+# ~/.cache/flexinfer, about 15 minutes the first time). Set
+# FLEXINFER_SKIP_REAL_BACKEND=1 to leave it out; the lane then says it is
+# skipped, and fails if FLEXINFER_REQUIRE_REAL_BACKEND=1.
+if [ "${FLEXINFER_SKIP_REAL_BACKEND:-0}" != 1 ]; then
+  eval "$(scripts/real-backend.sh)"
+fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# Every binary first: lanes that run several components as processes find them.
+cargo build --workspace --bins
 cargo test --workspace --no-fail-fast
+# The conformance suite's quick profile against a gateway and simulator started on loopback.
+"${CARGO_TARGET_DIR:-target}/debug/flexinfer-conformance" run --local --profile quick

@@ -3,8 +3,10 @@
 //! - [`sim`]: `flexinfer-sim`, a simulated OpenAI-compatible (vLLM-like)
 //!   model server, usable in-process or as a process.
 //! - [`conformance`]: the checks `flexinfer-conformance run` performs
-//!   against a gateway, and their reports.
-//! - [`loadgen`]: a keep-alive HTTP/1.1 load generator.
+//!   against a gateway, the `--local` stack, and their reports.
+//! - [`loadgen`]: the keep-alive HTTP/1.1 load generator behind
+//!   `flexinfer-conformance load` (open and closed loop) and
+//!   `flexinfer-sim selftest`.
 
 pub mod conformance;
 pub mod loadgen;

@@ -1,6 +1,21 @@
-//! A closed-loop HTTP/1.1 load generator: N keep-alive connections, each
-//! sending the same request back to back for a fixed time, with latency
-//! percentiles. Small enough to run next to the server it measures.
+//! HTTP/1.1 load generation over keep-alive connections.
+//!
+//! - [`engine`]: open-loop (fixed rate) and closed-loop (fixed concurrency)
+//!   load, one sample per request; what `flexinfer-conformance load` runs.
+//! - [`summary`]: throughput, latency/TTFT percentiles, errors by kind and a
+//!   per-second timeline.
+//! - [`output`]: the JSON and Markdown reports and the progress line.
+//! - [`plot`]: the optional PNG latency chart.
+//!
+//! [`run`] below is the small closed-loop generator `flexinfer-sim selftest`
+//! uses in-process.
+
+pub mod engine;
+pub mod output;
+pub mod plot;
+pub mod summary;
+
+use std::sync::Arc;
 
 use std::io;
 use std::net::SocketAddr;
@@ -64,6 +79,43 @@ impl LoadReport {
         let rank = (q.clamp(0.0, 1.0) * (self.latencies.len() - 1) as f64).round() as usize;
         self.latencies[rank.min(self.latencies.len() - 1)]
     }
+}
+
+/// Runs `plan`, printing a progress line to stderr once a second.
+pub async fn run_with_progress(plan: engine::LoadPlan) -> io::Result<engine::RunOutput> {
+    let progress = Arc::new(engine::Progress::default());
+    let printer = {
+        let progress = progress.clone();
+        tokio::spawn(async move {
+            use std::sync::atomic::Ordering::Relaxed;
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.tick().await;
+            let (mut second, mut last_done, mut last_sum) = (0u64, 0u64, 0u64);
+            loop {
+                tick.tick().await;
+                if engine::stopped(&progress) {
+                    return;
+                }
+                second += 1;
+                let done = progress.done.load(Relaxed);
+                let sum = progress.latency_sum_us.load(Relaxed);
+                let n = done - last_done;
+                let mean_ms = if n == 0 {
+                    0.0
+                } else {
+                    (sum - last_sum) as f64 / n as f64 / 1000.0
+                };
+                eprintln!(
+                    "{}",
+                    output::progress_line(second, done, n, progress.failed.load(Relaxed), mean_ms)
+                );
+                (last_done, last_sum) = (done, sum);
+            }
+        })
+    };
+    let result = engine::run(plan, progress).await;
+    printer.abort();
+    result
 }
 
 #[derive(Default)]

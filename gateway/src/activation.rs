@@ -28,10 +28,31 @@ pub trait ModelLifecycle: Send + Sync + 'static {
     fn demand(&self, model: &str, queued: u32);
     /// Records that the model served a request now.
     fn touch(&self, model: &str);
+    /// A request for the model starts being served (default: a touch).
+    fn request_started(&self, model: &str) {
+        self.touch(model);
+    }
+    /// The request begun with [`Self::request_started`] ended (default: a touch).
+    fn request_finished(&self, model: &str) {
+        self.touch(model);
+    }
     /// Phase of a managed model (`Idle`, `Loading`, `Ready`, `Stopping`, `Failed`).
     fn phase(&self, model: &str) -> Option<String>;
     /// State of every managed model and group, for `GET /admin/models`.
     fn report(&self) -> serde_json::Value;
+}
+
+/// One request being served by a managed model; dropping it reports the
+/// end of the request.
+pub struct ActiveRequest {
+    lifecycle: Arc<dyn ModelLifecycle>,
+    model: Arc<str>,
+}
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        self.lifecycle.request_finished(&self.model);
+    }
 }
 
 /// Queue settings.
@@ -183,6 +204,18 @@ impl ActivationQueues {
     /// The lifecycle behind the queues.
     pub fn lifecycle(&self) -> &Arc<dyn ModelLifecycle> {
         &self.lifecycle
+    }
+
+    /// Marks a request for `model` as being served until the guard drops,
+    /// so that the model is not stopped for idleness under it; `None` for
+    /// models that are not managed (always ready).
+    pub fn active_request(&self, model: &str) -> Option<ActiveRequest> {
+        self.lifecycle.status(model)?;
+        self.lifecycle.request_started(model);
+        Some(ActiveRequest {
+            lifecycle: self.lifecycle.clone(),
+            model: Arc::from(model),
+        })
     }
 
     fn queue(&self, model: &str) -> Arc<ModelQueue> {

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::BoolishValueParser;
 use clap::{Parser, ValueEnum};
 
 /// Log output format.
@@ -26,13 +27,69 @@ MLC-LLM, diffusers, ComfyUI). It finds the model in each request (X-Model-ID hea
 /model/<name>/ path prefix, JSON `model`, or multipart `model` field), checks the API key and \
 rate limits, resolves aliases and LoRA adapters, picks a pod with the model's routing strategy \
 (default, session-affinity, prefix, least-loaded) and streams the response back. Models come \
-from a YAML file that is reloaded when it changes or on SIGHUP.\n\n\
+from a YAML file that is reloaded when it changes or on SIGHUP, or, with --kubernetes, from the \
+cluster's Model, ModelDeployment, LoRAAdapter and EndpointSlice objects.\n\n\
 Side routes: /healthz, /readyz and /metrics need no API key; /v1/models lists the models."
 )]
 pub struct Cli {
-    /// YAML file listing the models to serve.
+    /// YAML file listing the models to serve (file mode, the default).
     #[arg(long, short = 'c', env = "FLEXINFER_CONFIG")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
+
+    /// Take models, endpoints and activation from the Kubernetes cluster
+    /// instead of the model file.
+    #[arg(long, env = "FLEXINFER_KUBERNETES", value_parser = BoolishValueParser::new())]
+    pub kubernetes: bool,
+
+    /// Kubeconfig file for Kubernetes mode (default: in-cluster config, then ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The gateway's own namespace, watched in Kubernetes mode unless
+    /// --namespaces or --all-namespaces says otherwise.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub pod_namespace: String,
+
+    /// Namespaces to watch, comma-separated; the first one's models keep
+    /// their plain names, others are also reachable as `namespace/name`.
+    #[arg(long, env = "FLEXINFER_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+
+    /// Watch every namespace (POD_NAMESPACE keeps plain names first).
+    #[arg(long, env = "FLEXINFER_ALL_NAMESPACES", value_parser = BoolishValueParser::new())]
+    pub all_namespaces: bool,
+
+    /// Kubernetes mode: run the operator's controllers (Model, ModelDeployment,
+    /// GPUGroup, ModelCache, LoRAAdapter) inside the gateway, so that one
+    /// Deployment is the whole control plane. File mode always runs its own
+    /// local operator.
+    #[arg(long, env = "FLEXINFER_EMBEDDED_OPERATOR", value_parser = BoolishValueParser::new())]
+    pub embedded_operator: bool,
+
+    /// With --embedded-operator: only the replica holding the leader Lease
+    /// runs the controllers (needed with more than one gateway replica).
+    #[arg(long, env = "FLEXINFER_LEADER_ELECT", value_parser = BoolishValueParser::new())]
+    pub leader_elect: bool,
+
+    /// Name of the leader-election Lease (in POD_NAMESPACE).
+    #[arg(
+        long,
+        env = "FLEXINFER_LEADER_ELECTION_LEASE",
+        default_value = "flexinfer-operator"
+    )]
+    pub leader_election_lease: String,
+
+    /// This replica's identity in the Lease (default: POD_NAME, else the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// Full rebuild of the Kubernetes routes, a safety net behind the watches.
+    #[arg(long, env = "FLEXINFER_KUBE_RESYNC", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub kube_resync: Duration,
+
+    /// Least time between two activity (lastActiveTime) patches of one model.
+    #[arg(long, env = "FLEXINFER_TOUCH_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub touch_interval: Duration,
 
     /// Address the proxy listens on.
     #[arg(long, env = "PROXY_LISTEN", default_value = "0.0.0.0:8080")]
@@ -190,6 +247,27 @@ impl Cli {
                     .to_string(),
             );
         }
+        match (self.kubernetes, &self.config) {
+            (false, None) => problems.push(
+                "--config (FLEXINFER_CONFIG) is required unless --kubernetes (FLEXINFER_KUBERNETES) is set"
+                    .to_string(),
+            ),
+            (true, Some(_)) => problems.push(
+                "--config and --kubernetes exclude each other: models come from the file or from the cluster"
+                    .to_string(),
+            ),
+            _ => {}
+        }
+        if self.all_namespaces && !self.namespaces.is_empty() {
+            problems.push("--namespaces and --all-namespaces exclude each other".to_string());
+        }
+        if self.embedded_operator && !self.kubernetes {
+            problems.push(
+                "--embedded-operator applies to Kubernetes mode (--kubernetes); with --config the \
+                 local operator always runs"
+                    .to_string(),
+            );
+        }
         if self.max_body_bytes == 0 {
             problems.push("PROXY_MAX_BODY_BYTES must be > 0".to_string());
         }
@@ -243,5 +321,25 @@ mod tests {
         assert!(e.contains("PROXY_AUTH_TOKEN"), "{e}");
         let cli = Cli::parse_from(["x", "-c", "m", "--upstream-max-attempts", "9"]);
         assert_eq!(cli.attempts(), 3);
+    }
+
+    #[test]
+    fn kubernetes_mode_flags() {
+        let e = Cli::parse_from(["x"]).validate().unwrap_err();
+        assert!(e.contains("--config (FLEXINFER_CONFIG) is required"), "{e}");
+        let cli = Cli::parse_from(["x", "--kubernetes", "--namespaces", "a,b"]);
+        assert!(cli.kubernetes && cli.config.is_none());
+        assert_eq!(cli.namespaces, ["a", "b"]);
+        assert_eq!(cli.touch_interval, Duration::from_secs(60));
+        assert!(cli.validate().is_ok());
+        let cli = Cli::parse_from(["x", "--kubernetes", "-c", "m.yaml"]);
+        assert!(cli.validate().unwrap_err().contains("exclude each other"));
+        let cli = Cli::parse_from(["x", "--kubernetes", "--namespaces", "a", "--all-namespaces"]);
+        assert!(cli.validate().unwrap_err().contains("--all-namespaces"));
+        let cli = Cli::parse_from(["x", "--kubernetes", "--embedded-operator", "--leader-elect"]);
+        assert!(cli.validate().is_ok());
+        assert_eq!(cli.leader_election_lease, "flexinfer-operator");
+        let cli = Cli::parse_from(["x", "-c", "m.yaml", "--embedded-operator"]);
+        assert!(cli.validate().unwrap_err().contains("--embedded-operator"));
     }
 }

@@ -391,6 +391,26 @@ fn duration(field: &str, value: Option<&str>) -> Result<Option<Duration>, Config
         .transpose()
 }
 
+/// Replaces every `${NAME}` in `value` with `lookup(NAME)`; `$` without a
+/// brace is kept as it is. Returns the first unset name as the error.
+fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let name = &after[..end];
+        out.push_str(&lookup(name).ok_or_else(|| name.to_owned())?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 fn local_process(spec: &ModelSpec) -> Result<Option<LocalProcess>, ConfigError> {
     let name = &spec.name;
     let Some(command) = spec.command.clone() else {
@@ -429,10 +449,27 @@ fn local_process(spec: &ModelSpec) -> Result<Option<LocalProcess>, ConfigError> 
         )));
     }
     let gpu = spec.gpu.clone().unwrap_or_default();
+    let expand = |field: &str, value: &str| {
+        expand_env(value, |var| std::env::var(var).ok()).map_err(|var| {
+            ConfigError::Invalid(format!(
+                "model '{name}': {field} uses ${{{var}}}, which is not set in the environment"
+            ))
+        })
+    };
+    let args = spec
+        .args
+        .iter()
+        .map(|a| expand("args", a))
+        .collect::<Result<_, _>>()?;
+    let env = spec
+        .env
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), expand("env", v)?)))
+        .collect::<Result<_, ConfigError>>()?;
     Ok(Some(LocalProcess {
-        command,
-        args: spec.args.clone(),
-        env: spec.env.clone().into_iter().collect(),
+        command: expand("command", &command)?,
+        args,
+        env,
         port,
         health_path,
         startup_timeout: duration("startupTimeout", spec.startup_timeout.as_deref())?
@@ -576,5 +613,35 @@ models:
         assert!(ModelTable::from_yaml(tls).is_err());
         let load = "models: [{name: a, boundedLoad: 0.5}]";
         assert!(ModelTable::from_yaml(load).is_err());
+    }
+
+    #[test]
+    fn environment_variables_expand_in_local_commands() {
+        let lookup = |v: &str| (v == "HOME_DIR").then(|| "/home/u".to_owned());
+        assert_eq!(
+            expand_env("${HOME_DIR}/m.gguf", lookup).as_deref(),
+            Ok("/home/u/m.gguf")
+        );
+        assert_eq!(
+            expand_env("a${HOME_DIR}b${HOME_DIR}", lookup).as_deref(),
+            Ok("a/home/ub/home/u")
+        );
+        assert_eq!(
+            expand_env("$5 and ${open", lookup).as_deref(),
+            Ok("$5 and ${open")
+        );
+        assert_eq!(expand_env("${UNSET_X}", lookup), Err("UNSET_X".to_owned()));
+        let err = ModelTable::from_yaml(
+            "models: [{name: a, command: '${FLEXINFER_TEST_SURELY_UNSET}', port: 1}]",
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            err.contains(
+                "model 'a': command uses ${FLEXINFER_TEST_SURELY_UNSET}, which is not set"
+            ),
+            "{err}"
+        );
     }
 }

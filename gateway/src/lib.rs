@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod errors;
 pub mod extract;
+pub mod kube;
 pub mod local;
 pub mod metrics;
 pub mod proxy;

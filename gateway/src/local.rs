@@ -175,6 +175,14 @@ impl ModelLifecycle for LocalActuator {
         let _ = LocalActuator::touch(self, model);
     }
 
+    fn request_started(&self, model: &str) {
+        let _ = LocalActuator::begin_request(self, model);
+    }
+
+    fn request_finished(&self, model: &str) {
+        let _ = LocalActuator::end_request(self, model);
+    }
+
     fn phase(&self, model: &str) -> Option<String> {
         let status = LocalActuator::status(self, model)?;
         let phase: Phase = status.borrow().phase;

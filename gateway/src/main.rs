@@ -8,7 +8,11 @@ fn main() {
     init_logging(&cli);
     match flexinfer_gateway::server::build(&cli) {
         Ok(server) => {
-            tracing::info!(listen = %cli.listen, config = %cli.config.display(), "flexinfer-gateway starting");
+            let source = match &cli.config {
+                Some(path) => path.display().to_string(),
+                None => "kubernetes".to_string(),
+            };
+            tracing::info!(listen = %cli.listen, models = %source, "flexinfer-gateway starting");
             server.run();
         }
         Err(e) => {

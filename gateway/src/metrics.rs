@@ -46,6 +46,11 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The registry every gateway metric is in (others may join it).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// Creates and registers every metric.
     pub fn new() -> Self {
         let registry = Registry::new();

@@ -24,7 +24,7 @@ use pingora_proxy::subrequest::{BodyMode, Ctx as SubrequestCtx};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use prometheus::IntGauge;
 
-use crate::activation::{ActivationQueues, Admission};
+use crate::activation::{ActivationQueues, ActiveRequest, Admission};
 use crate::auth::Auth;
 use crate::errors::ApiError;
 use crate::extract::{self, BodyKind};
@@ -79,6 +79,8 @@ pub struct Gateway {
     settings: ProxySettings,
     draining: Arc<AtomicBool>,
     request_counter: AtomicU64,
+    /// Random high half of generated request ids.
+    request_id_seed: u64,
 }
 
 /// Everything decided about a request before it is forwarded.
@@ -90,6 +92,8 @@ pub struct ForwardPlan {
     forward_path: Option<String>,
     body: Option<Bytes>,
     request_id: Arc<str>,
+    /// Keeps a managed model from an idle stop while this request runs.
+    _active: Option<ActiveRequest>,
 }
 
 /// An endpoint slot held while a request is in flight there.
@@ -141,6 +145,7 @@ impl Gateway {
             settings,
             draining,
             request_counter: AtomicU64::new(0),
+            request_id_seed: rand::random(),
         }
     }
 
@@ -150,13 +155,12 @@ impl Gateway {
         self
     }
 
+    /// A new `X-Request-ID`: a version-4-shaped UUID (random per process,
+    /// then a counter), the form model servers that validate the header
+    /// (e.g. llama-cpp-python's server) accept.
     fn next_request_id(&self) -> Arc<str> {
         let n = self.request_counter.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or_default();
-        Arc::from(format!("{nanos:x}-{n:04x}"))
+        Arc::from(request_uuid(self.request_id_seed, n))
     }
 
     fn model_label(ctx: &RequestCtx) -> &str {
@@ -369,7 +373,7 @@ impl Gateway {
         };
         extract::validate_model_name(&requested)?;
 
-        let resolved = self
+        let mut resolved = self
             .registry
             .resolve(&requested)
             .ok_or_else(|| ApiError::model_not_found(&requested))?;
@@ -385,15 +389,25 @@ impl Gateway {
             }
         }
 
+        let mut active = None;
         if let Some(queues) = &self.activation {
             let route = &resolved.route;
-            match queues.admit(&route.name, route.cold_start_timeout).await {
+            let admitted = queues.admit(&route.name, route.cold_start_timeout).await;
+            if admitted.is_ok() {
+                active = queues.active_request(&route.name);
+            }
+            match admitted {
                 Ok(Admission::Ready) => {}
                 Ok(Admission::Waited(waited)) => {
                     self.metrics
                         .queue_wait
                         .with_label_values(&[&route.name])
                         .observe(waited.as_secs_f64());
+                    // The model's endpoints appeared while the request
+                    // waited; the route resolved before may not have them.
+                    if let Some(fresh) = self.registry.resolve(&requested) {
+                        resolved = fresh;
+                    }
                 }
                 Err(e) => {
                     self.metrics
@@ -456,6 +470,7 @@ impl Gateway {
             forward_path,
             body,
             request_id: ctx.request_id.clone().unwrap_or_else(|| Arc::from("")),
+            _active: active,
         })
     }
 
@@ -952,10 +967,8 @@ impl ProxyHttp for Gateway {
         if let Some(g) = ctx.model_gauge.take() {
             g.dec();
         }
-        if let (Some(queues), Some(model)) = (&self.activation, &ctx.model) {
-            // Long streams keep the model active until their last byte.
-            queues.lifecycle().touch(model);
-        }
+        // A managed model's request ends when its plan (with its
+        // `ActiveRequest`) is dropped with the context, after the last byte.
         let model = Self::model_label(ctx).to_string();
         let path = session.req_header().uri.path();
         let route = route_label(path);
@@ -1000,5 +1013,32 @@ impl ProxyHttp for Gateway {
             error = e.map(|e| e.to_string()),
             "request"
         );
+    }
+}
+
+/// Formats `seed` and `counter` as a UUID with version 4 and the RFC 4122
+/// variant: unique per gateway process for 2^62 requests.
+fn request_uuid(seed: u64, counter: u64) -> String {
+    let hi = (seed & !0xf000) | 0x4000;
+    let lo = (counter & 0x3fff_ffff_ffff_ffff) | 0x8000_0000_0000_0000;
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        hi >> 32,
+        (hi >> 16) & 0xffff,
+        hi & 0xffff,
+        lo >> 48,
+        lo & 0xffff_ffff_ffff
+    )
+}
+
+#[cfg(test)]
+mod request_id_tests {
+    #[test]
+    fn request_ids_are_version_4_uuids() {
+        let id = super::request_uuid(0xdead_beef_0123_4567, 5);
+        assert_eq!(id, "deadbeef-0123-4567-8000-000000000005");
+        let other = super::request_uuid(0xffff_ffff_ffff_ffff, u64::MAX);
+        assert_eq!(other, "ffffffff-ffff-4fff-bfff-ffffffffffff");
+        assert_ne!(super::request_uuid(1, 1), super::request_uuid(1, 2));
     }
 }

@@ -1,5 +1,6 @@
 //! Assembles the Pingora server: proxy service, admin service, model-file
-//! reloader and shutdown handling.
+//! reloader (or, with `--kubernetes`, the cluster watches) and shutdown
+//! handling.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::activation::{ActivationQueues, QueueSettings};
 use crate::auth::Auth;
 use crate::cli::Cli;
 use crate::config::ModelTable;
+use crate::kube::KubeMode;
 use crate::local::EmbeddedOperator;
 use crate::metrics::Metrics;
 use crate::proxy::{Gateway, ProxySettings};
@@ -29,6 +31,7 @@ use crate::registry::FileRegistry;
 pub struct GatewayServer {
     server: Server,
     operator: Option<EmbeddedOperator>,
+    kube: Option<KubeMode>,
     draining: Arc<AtomicBool>,
     drain_delay: Duration,
     /// The model registry the proxy reads.
@@ -40,14 +43,46 @@ pub struct GatewayServer {
 /// Builds everything from the command line; fails on invalid settings or model file.
 pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     cli.validate().map_err(|e| anyhow::anyhow!(e))?;
+    let metrics = Metrics::new();
     let limits = LimitSettings::new(
         cli.rate_limit_enabled,
         (cli.rate_limit_global, cli.rate_limit_global_burst),
         (cli.rate_limit_per_model, cli.rate_limit_burst),
     );
-    let table = ModelTable::load(&cli.config)?;
-    let registry = Arc::new(FileRegistry::with_table(&cli.config, &table, limits));
-    let operator = EmbeddedOperator::start(&table)?;
+    let queue_settings = QueueSettings {
+        max_queue: cli.max_queue_size,
+        queue_timeout: cli.queue_timeout,
+        cold_start_timeout: cli.cold_start_timeout,
+    };
+    let (registry, operator, kube) = match (&cli.config, cli.kubernetes) {
+        (Some(path), false) => {
+            let table = ModelTable::load(path)?;
+            let registry = Arc::new(FileRegistry::with_table(path, &table, limits));
+            (registry, EmbeddedOperator::start(&table)?, None)
+        }
+        _ => {
+            let registry = Arc::new(FileRegistry::from_table(&ModelTable::default(), limits));
+            let settings = crate::kube::KubeSettings {
+                kubeconfig: cli.kubeconfig.clone(),
+                scope: crate::kube::Scope::from_flags(
+                    &cli.pod_namespace,
+                    &cli.namespaces,
+                    cli.all_namespaces,
+                ),
+                resync: cli.kube_resync,
+                touch_interval: cli.touch_interval,
+                activation_wait: queue_settings
+                    .queue_timeout
+                    .max(queue_settings.cold_start_timeout),
+                embedded_operator: cli
+                    .embedded_operator
+                    .then(|| embedded_controllers(cli, &metrics)),
+                ..crate::kube::KubeSettings::default()
+            };
+            let kube = crate::kube::KubeMode::start(settings, registry.clone())?;
+            (registry, None, Some(kube))
+        }
+    };
     let auth = if cli.auth_enabled {
         let mut tokens: Vec<String> = cli
             .auth_token
@@ -76,7 +111,6 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     } else {
         None
     };
-    let metrics = Metrics::new();
     let draining = Arc::new(AtomicBool::new(false));
     let settings = ProxySettings {
         max_body_bytes: cli.max_body_bytes,
@@ -111,15 +145,13 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         settings,
         draining.clone(),
     );
-    if let Some(op) = &operator {
-        let queues = ActivationQueues::new(
-            op.lifecycle(),
-            QueueSettings {
-                max_queue: cli.max_queue_size,
-                queue_timeout: cli.queue_timeout,
-                cold_start_timeout: cli.cold_start_timeout,
-            },
-        );
+    let lifecycle = match (&operator, &kube) {
+        (Some(op), _) => Some(op.lifecycle()),
+        (None, Some(k)) => Some(k.lifecycle()),
+        (None, None) => None,
+    };
+    if let Some(lifecycle) = lifecycle {
+        let queues = ActivationQueues::new(lifecycle, queue_settings);
         gateway = gateway.with_activation(Arc::new(queues));
     }
     let mut proxy = pingora_proxy::http_proxy_service_with_name(
@@ -140,16 +172,19 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         server.add_service(svc);
     }
 
-    let reloader = Reloader {
-        registry: registry.clone(),
-        metrics: metrics.clone(),
-        interval: cli.reload_interval,
-    };
-    server.add_service(background_service("model-file reloader", reloader));
+    if kube.is_none() {
+        let reloader = Reloader {
+            registry: registry.clone(),
+            metrics: metrics.clone(),
+            interval: cli.reload_interval,
+        };
+        server.add_service(background_service("model-file reloader", reloader));
+    }
 
     Ok(GatewayServer {
         server,
         operator,
+        kube,
         draining,
         drain_delay: cli.shutdown_drain_delay,
         registry,
@@ -185,6 +220,9 @@ impl GatewayServer {
         if let Some(op) = self.operator {
             tracing::info!("stopping local model processes");
             op.shutdown();
+        }
+        if let Some(kube) = self.kube {
+            kube.shutdown();
         }
     }
 }
@@ -311,5 +349,33 @@ impl BackgroundService for Reloader {
                 }
             }
         }
+    }
+}
+
+/// Settings of the operator controllers run inside the gateway in
+/// Kubernetes mode (`--embedded-operator`).
+fn embedded_controllers(cli: &Cli, metrics: &Metrics) -> crate::kube::EmbeddedControllers {
+    let namespace = match (cli.all_namespaces, cli.namespaces.as_slice()) {
+        (true, _) => None,
+        (false, []) => Some(cli.pod_namespace.clone()),
+        (false, [one]) => Some(one.clone()),
+        // The controllers watch one namespace or all of them.
+        (false, _) => None,
+    };
+    let identity = cli
+        .pod_name
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("flexinfer-gateway-{}", std::process::id()));
+    crate::kube::EmbeddedControllers {
+        namespace,
+        leader_election: cli.leader_elect.then(|| {
+            (
+                cli.pod_namespace.clone(),
+                cli.leader_election_lease.clone(),
+                identity,
+            )
+        }),
+        registry: metrics.registry().clone(),
     }
 }

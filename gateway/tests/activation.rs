@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use support::{
     accepts, admin_model, assert_openai_error, chat, error_of, free_port, local_sim_model,
     metric_value, process_gone, served_by, Gateway,
@@ -538,6 +538,60 @@ async fn idle_model_is_stopped_and_cold_starts_again() {
     let entry = admin_model(&report, "sleepy");
     assert_eq!(counter(entry, "starts"), 2, "{entry}");
     assert_eq!(queue_waits(&gw, "sleepy").await, 2.0);
+    stop_and_check_children(gw, &[port]).await;
+}
+
+/// A request that runs longer than the idle timeout keeps its model: the
+/// idle clock starts when the request ends, not when it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_longer_than_the_idle_timeout_is_not_cut() {
+    let _shared = TIMING.read().await;
+    let port = free_port();
+    let bin = flexinfer_conformance::sim::process::SimProcess::binary().expect("flexinfer-sim");
+    let entry = format!(
+        "  - name: slow-talker\n    command: \"{bin}\"\n    args: [--port, \"{port}\", --model, \
+         slow-talker, --pod-name, slow-talker, --startup-delay, 100ms, --ttft, 0s, \
+         --tokens-per-second, \"5\"]\n    port: {port}\n    serverless: {{idleTimeout: 1s}}\n",
+        bin = bin.display()
+    );
+    let gw = Gateway::start_local(&model_file("", &[entry]), &[]);
+    let client = pool_client();
+    // 15 tokens at 5 a second: three seconds, three idle timeouts.
+    let started = Instant::now();
+    let resp = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&json!({
+            "model": "slow-talker",
+            "messages": [{"role": "user", "content": "talk slowly"}],
+            "max_tokens": 15,
+        }))
+        .send()
+        .await
+        .expect("long request");
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.expect("complete answer");
+    let took = started.elapsed();
+    assert_eq!(body["usage"]["completion_tokens"], 15, "{body}");
+    let entry = admin_model(&gw.admin_models().await, "slow-talker").clone();
+    println!(
+        "a {:.1} s request with a 1 s idle timeout: {entry}",
+        took.as_secs_f64()
+    );
+    assert!(
+        took >= Duration::from_secs(2),
+        "the request was not long: {took:?}"
+    );
+    assert_eq!(
+        entry["phase"], "Ready",
+        "stopped under the request: {entry}"
+    );
+    assert_eq!(counter(&entry, "starts"), 1, "{entry}");
+    gw.wait_admin(
+        Duration::from_secs(10),
+        "idle stop after the request",
+        |r| admin_model(r, "slow-talker")["phase"] == "Idle",
+    )
+    .await;
     stop_and_check_children(gw, &[port]).await;
 }
 

@@ -20,6 +20,7 @@
 
 pub mod agent;
 pub mod amd;
+pub mod cli;
 pub mod config;
 pub mod cpu;
 pub mod inventory;

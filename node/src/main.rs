@@ -9,25 +9,11 @@ use axum::routing::get;
 use axum::Router;
 use clap::Parser;
 use flexinfer_node::agent::{dry_run, Agent, Discovery};
-use flexinfer_node::config::AgentConfig;
+use flexinfer_node::cli::Cli;
 use flexinfer_node::kv_cache::{KvCacheProbe, DEFAULT_PORTS};
 use flexinfer_node::labels::LabelKeys;
 use flexinfer_node::metrics::Metrics;
 use flexinfer_node::publish::NodePublisher;
-
-/// Node agent that discovers GPUs and labels the node
-#[derive(Parser, Debug)]
-#[command(name = "flexinfer-agent", version, about, long_about = LONG_ABOUT)]
-struct Cli {
-    #[command(flatten)]
-    config: AgentConfig,
-
-    /// Log format.
-    #[arg(long, env = "LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
-    log_format: String,
-}
-
-const LONG_ABOUT: &str = "Discovers the node's accelerators (NVIDIA via NVML loaded at run time, AMD via sysfs/KFD, CPU features) every --interval and publishes them as flexinfer.ai/gpu.* labels and the flexinfer.ai/gpu-free-memory and flexinfer.ai/gpu.util annotations that the operator and scheduler extender read, patching its own Node (server-side apply) only when a value changes. Serves Prometheus metrics on --metrics-port.";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

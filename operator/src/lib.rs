@@ -1,9 +1,19 @@
-//! FlexInfer operator: the scale-to-zero and GPU-sharing policies, and the
-//! actuators that apply them.
+//! FlexInfer operator: the scale-to-zero and GPU-sharing policies, the
+//! desired objects of a model, and the actuators that apply them.
 //!
 //! Policies are pure functions of observed state and an injected `now`, so the
 //! same decision code drives Kubernetes workloads and local processes, and
 //! tests step a clock instead of sleeping.
+//!
+//! - [`policy`]: replicas, shared-GPU leader choice, GPUGroup anti-thrashing.
+//! - [`placement`]: GPU detection from node labels and compatibility checks.
+//! - [`build`]: Deployment, Service, PVC and Job builders (pure).
+//! - [`controllers`]: the Kubernetes controllers (kube-runtime), with the
+//!   library entry point [`controllers::run`].
+//! - [`local`]: the local-process actuator.
 
+pub mod build;
+pub mod controllers;
 pub mod local;
+pub mod placement;
 pub mod policy;

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod extender;
 pub mod facts;

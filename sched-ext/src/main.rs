@@ -4,23 +4,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use flexinfer_sched::config::ExtenderConfig;
+use flexinfer_sched::cli::Cli;
 use flexinfer_sched::extender::Settings;
 use flexinfer_sched::{server, watch, Extender};
-
-/// kube-scheduler extender that places model pods on the GPU node that serves them best
-#[derive(Parser, Debug)]
-#[command(name = "flexinfer-sched", version, about, long_about = LONG_ABOUT)]
-struct Cli {
-    #[command(flatten)]
-    config: ExtenderConfig,
-
-    /// Log format.
-    #[arg(long, env = "LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
-    log_format: String,
-}
-
-const LONG_ABOUT: &str = "Serves the kube-scheduler extender v1 API: /filter rejects nodes without a GPU vendor label, without enough free VRAM, or with an architecture the backend does not support; /prioritize (alias /score) scores the remaining nodes by measured tokens/s, utilisation, cost, KV-cache pressure and free VRAM (weights from SCHED_* env vars), normalised to 0-10. Benchmark ConfigMaps (and, when enabled, Nodes and Pods) are watched and cached. Also serves /healthz and /metrics.";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -34,10 +34,24 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 /// Applies an RFC 6902 JSON patch; the error is the message for a 422.
+///
+/// As the API server does, a `test` of `null` passes when the path is
+/// absent (kube-runtime's finalizer helper relies on it to add the first
+/// finalizer). The patch is atomic: on error the target is unchanged.
 pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
     let ops: json_patch::Patch =
         serde_json::from_value(patch.clone()).map_err(|e| format!("invalid JSON patch: {e}"))?;
-    json_patch::patch(target, &ops).map_err(|e| e.to_string())
+    let mut work = target.clone();
+    for op in ops.0 {
+        if let json_patch::PatchOperation::Test(t) = &op {
+            if t.value.is_null() && work.pointer(t.path.as_str()).is_none() {
+                continue;
+            }
+        }
+        json_patch::patch(&mut work, &[op]).map_err(|e| e.to_string())?;
+    }
+    *target = work;
+    Ok(())
 }
 
 /// Applies a strategic merge patch.
@@ -293,6 +307,33 @@ mod tests {
         assert_eq!(t, json!({"a": 2}));
         assert!(json_patch(&mut t, &json!([{"op": "test", "path": "/a", "value": 3}])).is_err());
         assert!(json_patch(&mut t, &json!({"not": "a patch"})).is_err());
+        // A failed op leaves the target unchanged.
+        assert!(json_patch(
+            &mut t,
+            &json!([{"op": "replace", "path": "/a", "value": 5}, {"op": "test", "path": "/a", "value": 3}])
+        )
+        .is_err());
+        assert_eq!(t, json!({"a": 2}));
+    }
+
+    #[test]
+    fn json_patch_test_of_null_passes_on_a_missing_path() {
+        let mut t = json!({"metadata": {"name": "m"}});
+        json_patch(
+            &mut t,
+            &json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}
+            ]),
+        )
+        .unwrap();
+        assert_eq!(t["metadata"]["finalizers"], json!(["f"]));
+        // A present value is still compared.
+        assert!(json_patch(
+            &mut t,
+            &json!([{"op": "test", "path": "/metadata/finalizers", "value": null}])
+        )
+        .is_err());
     }
 
     #[test]

@@ -165,6 +165,12 @@ impl Registry {
         self.types.push(rt);
     }
 
+    /// Removes a type, if served.
+    pub fn remove(&mut self, group: &str, version: &str, plural: &str) {
+        self.types
+            .retain(|t| !(t.group == group && t.version == version && t.plural == plural));
+    }
+
     pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
         self.types
             .iter()

@@ -54,6 +54,13 @@ impl TestApiServerBuilder {
         self
     }
 
+    /// Stops serving a type, as on a cluster where its CRD is not
+    /// installed: discovery no longer lists it and requests for it get 404.
+    pub fn without_resource(mut self, group: &str, version: &str, plural: &str) -> Self {
+        self.registry.remove(group, version, plural);
+        self
+    }
+
     /// Keeps this many watch events per resource type; watches from older
     /// resourceVersions get 410 Gone.
     pub fn watch_history(mut self, events: usize) -> Self {

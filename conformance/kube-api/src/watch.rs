@@ -79,8 +79,11 @@ fn bookmark(rt: &ResourceType, rv: u64, initial_end: bool) -> Bytes {
     )
 }
 
+/// Whether a watch of `ns` (`Some("")` for cluster-scoped types, whose
+/// objects have no namespace) with `filter` sees `obj`.
 fn visible(obj: &Value, ns: Option<&str>, filter: &ListQuery) -> bool {
-    ns.is_none_or(|ns| meta::meta_str(obj, "namespace") == Some(ns)) && filter.matches(obj)
+    ns.is_none_or(|ns| meta::meta_str(obj, "namespace").unwrap_or_default() == ns)
+        && filter.matches(obj)
 }
 
 fn shown(rt: &ResourceType, obj: &Value, metadata_only: bool) -> Value {
@@ -251,6 +254,20 @@ mod tests {
             )),
             None
         );
+    }
+
+    #[test]
+    fn cluster_scoped_objects_reach_their_watches() {
+        let nodes = ResourceType::builtin("", "v1", "Node", "nodes", false, true);
+        let node = json!({"kind": "Node", "metadata": {"name": "n1"}});
+        let seen = render(
+            &nodes,
+            &ev(EventKind::Modified, Some(node.clone()), node),
+            Some(""),
+            &ListQuery::default(),
+            false,
+        );
+        assert_eq!(kind_of(seen).as_deref(), Some("MODIFIED"));
     }
 
     #[test]

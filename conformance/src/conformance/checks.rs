@@ -1,11 +1,13 @@
-//! The checks. Each one sends real requests and judges only what comes back
-//! (and, where the backend is a `flexinfer-sim` with a known address, what its
-//! request recorder saw). A failing check returns its evidence as the error.
+//! The quick profile's checks, and the helpers every check uses. Each check
+//! sends real requests and judges only what comes back (and, where the
+//! backend is a `flexinfer-sim` with a known address, what its request
+//! recorder saw). A failing check returns its evidence as the error.
 
 use anyhow::{anyhow, bail, ensure, Result};
 use futures::future::BoxFuture;
 use http::Method;
 use serde_json::{json, Value};
+use sha2::Digest as _;
 
 use super::http::{Call, Response};
 use super::{Context, Profile};
@@ -34,82 +36,93 @@ pub const UNKNOWN_MODEL: &str = "flexinfer-conformance-no-such-model";
 
 /// The checks of `profile`, in the order they run.
 pub fn for_profile(profile: Profile) -> Vec<Check> {
-    match profile {
-        Profile::Quick => vec![
-            Check {
-                id: "proto.models.list",
-                description: "GET /v1/models answers 200 with an OpenAI model list that includes the model under test",
-                run: models_list,
-            },
-            Check {
-                id: "proto.chat.shape",
-                description: "POST /v1/chat/completions answers 200 with a chat.completion (id, choices[].message, usage)",
-                run: chat_shape,
-            },
-            Check {
-                id: "proto.chat.stream.framing",
-                description: "stream: true answers text/event-stream, every line is `data: `, chunks are JSON, last is `data: [DONE]`",
-                run: chat_stream_framing,
-            },
-            Check {
-                id: "proto.embeddings.shape",
-                description: "POST /v1/embeddings answers 200 with a list of embedding vectors of numbers",
-                run: embeddings_shape,
-            },
-            Check {
-                id: "errors.bad_json",
-                description: "an invalid JSON body is answered 400 with an OpenAI error envelope",
-                run: bad_json,
-            },
-            Check {
-                id: "errors.missing_model",
-                description: "a request naming no model anywhere is answered 400 missing_required_field",
-                run: missing_model,
-            },
-            Check {
-                id: "errors.unknown_model",
-                description: "an unknown model is answered 404 model_not_found",
-                run: unknown_model,
-            },
-            Check {
-                id: "extract.header_over_json",
-                description: "the X-Model-ID header wins over the JSON body's model",
-                run: header_over_json,
-            },
-            Check {
-                id: "extract.path_prefix_stripped",
-                description: "/model/<name>/v1/chat/completions is routed by the prefix, which is stripped before forwarding",
-                run: path_prefix_stripped,
-            },
-        ],
+    let mut checks = quick();
+    if profile == Profile::Full {
+        checks.extend(super::streaming::checks());
+        checks.extend(super::routing::checks());
+        checks.extend(super::coldstart::checks());
+        checks.extend(super::limits::checks());
     }
+    checks
 }
 
-/// The first model `GET /v1/models` lists, if any.
-pub async fn first_listed_model(ctx: &Context) -> Option<String> {
-    let resp = Call::get("/v1/models")
-        .send(&ctx.gateway, ctx.api_key.as_deref())
-        .await
-        .ok()?;
-    resp.json()?["data"]
-        .as_array()?
-        .first()?
-        .get("id")?
-        .as_str()
-        .map(str::to_owned)
+/// The quick profile: protocol shapes, error answers, model extraction.
+fn quick() -> Vec<Check> {
+    vec![
+        Check {
+            id: "proto.models.list",
+            description: "GET /v1/models answers 200 with an OpenAI model list that includes the model under test",
+            run: models_list,
+        },
+        Check {
+            id: "proto.chat.shape",
+            description: "POST /v1/chat/completions answers 200 with a chat.completion (id, choices[].message, usage)",
+            run: chat_shape,
+        },
+        Check {
+            id: "proto.completions.shape",
+            description: "POST /v1/completions answers 200 with a text_completion (id, choices[].text, usage)",
+            run: completions_shape,
+        },
+        Check {
+            id: "proto.chat.stream.framing",
+            description: "stream: true answers text/event-stream, every line is `data: `, chunks are JSON, last is `data: [DONE]`",
+            run: chat_stream_framing,
+        },
+        Check {
+            id: "proto.embeddings.shape",
+            description: "POST /v1/embeddings answers 200 with a list of embedding vectors of numbers and usage",
+            run: embeddings_shape,
+        },
+        Check {
+            id: "errors.bad_json",
+            description: "an invalid JSON body is answered 400 with an OpenAI error envelope",
+            run: bad_json,
+        },
+        Check {
+            id: "errors.missing_model",
+            description: "a request naming no model anywhere is answered 400 missing_required_field",
+            run: missing_model,
+        },
+        Check {
+            id: "errors.unknown_model",
+            description: "an unknown model is answered 404 model_not_found",
+            run: unknown_model,
+        },
+        Check {
+            id: "extract.header_over_json",
+            description: "the X-Model-ID header wins over the JSON body's model",
+            run: header_over_json,
+        },
+        Check {
+            id: "extract.path_over_json",
+            description: "a /model/<name>/ path prefix wins over the JSON body's model",
+            run: path_over_json,
+        },
+        Check {
+            id: "extract.path_prefix_stripped",
+            description: "/model/<name>/v1/chat/completions is routed by the prefix, which is stripped before forwarding",
+            run: path_prefix_stripped,
+        },
+        Check {
+            id: "extract.multipart_field",
+            description: "a multipart form's `model` field routes the request, and the form reaches the backend byte for byte",
+            run: multipart_field,
+        },
+    ]
 }
 
-async fn send(ctx: &Context, call: Call) -> Result<Response> {
+pub(super) async fn send(ctx: &Context, call: Call) -> Result<Response> {
     call.send(&ctx.gateway, ctx.api_key.as_deref()).await
 }
 
-fn model(ctx: &Context) -> Result<&str> {
+pub(super) fn model(ctx: &Context) -> Result<&str> {
     ctx.model.as_deref().ok_or_else(|| {
         anyhow!("no model to test: pass --model, or serve at least one model in GET /v1/models")
     })
 }
 
-fn chat_body(model: Option<&str>) -> Value {
+pub(super) fn chat_body(model: Option<&str>) -> Value {
     let mut body = json!({
         "messages": [{"role": "user", "content": "conformance check"}],
         "max_tokens": 4,
@@ -120,7 +133,7 @@ fn chat_body(model: Option<&str>) -> Value {
     body
 }
 
-fn expect_status(resp: &Response, status: u16) -> Result<()> {
+pub(super) fn expect_status(resp: &Response, status: u16) -> Result<()> {
     ensure!(
         resp.status.as_u16() == status,
         "expected status {status}, got {}",
@@ -129,13 +142,13 @@ fn expect_status(resp: &Response, status: u16) -> Result<()> {
     Ok(())
 }
 
-fn expect_json(resp: &Response) -> Result<Value> {
+pub(super) fn expect_json(resp: &Response) -> Result<Value> {
     resp.json()
         .ok_or_else(|| anyhow!("body is not JSON: {}", resp.describe()))
 }
 
 /// A chat completion's required fields.
-fn expect_chat_completion(resp: &Response) -> Result<Value> {
+pub(super) fn expect_chat_completion(resp: &Response) -> Result<Value> {
     expect_status(resp, 200)?;
     let body = expect_json(resp)?;
     ensure!(
@@ -165,7 +178,7 @@ fn expect_chat_completion(resp: &Response) -> Result<Value> {
 
 /// An OpenAI error envelope; returns `error.code`.
 /// The status, the OpenAI error envelope and its `error.code`, all at once.
-fn expect_error(resp: &Response, status: u16, code: &str) -> Result<()> {
+pub(super) fn expect_error(resp: &Response, status: u16, code: &str) -> Result<()> {
     expect_status(resp, status)?;
     let got = expect_error_envelope(resp)?;
     ensure!(
@@ -176,7 +189,7 @@ fn expect_error(resp: &Response, status: u16, code: &str) -> Result<()> {
     Ok(())
 }
 
-fn expect_error_envelope(resp: &Response) -> Result<Value> {
+pub(super) fn expect_error_envelope(resp: &Response) -> Result<Value> {
     let body = expect_json(resp)?;
     ensure!(
         body["error"]["message"].is_string() && body["error"]["type"].is_string(),
@@ -273,6 +286,41 @@ fn chat_stream_framing(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
     })
 }
 
+fn completions_shape(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
+    Box::pin(async move {
+        let model = model(ctx)?;
+        let body = json!({"model": model, "prompt": "conformance check", "max_tokens": 4});
+        let resp = send(ctx, Call::post_json("/v1/completions", &body)).await?;
+        expect_status(&resp, 200)?;
+        let body = expect_json(&resp)?;
+        ensure!(
+            body["object"] == "text_completion",
+            "object is {}, not \"text_completion\": {}",
+            body["object"],
+            resp.describe()
+        );
+        ensure!(body["id"].is_string(), "no string id: {}", resp.describe());
+        ensure!(
+            body["choices"][0]["text"].is_string(),
+            "choices[0].text is not a string: {}",
+            resp.describe()
+        );
+        let usage = &body["usage"];
+        ensure!(
+            usage["prompt_tokens"].is_u64()
+                && usage["completion_tokens"].is_u64()
+                && usage["total_tokens"].as_u64()
+                    == usage["prompt_tokens"]
+                        .as_u64()
+                        .zip(usage["completion_tokens"].as_u64())
+                        .map(|(p, c)| p + c),
+            "usage is not prompt_tokens + completion_tokens = total_tokens: {}",
+            resp.describe()
+        );
+        Ok(Verdict::Pass)
+    })
+}
+
 fn embeddings_shape(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
     Box::pin(async move {
         let model = model(ctx)?;
@@ -302,6 +350,11 @@ fn embeddings_shape(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
             .as_array()
             .ok_or_else(|| anyhow!("data is not an array: {}", resp.describe()))?;
         ensure!(data.len() == 2, "{} embeddings for 2 inputs", data.len());
+        ensure!(
+            body["usage"]["prompt_tokens"].is_u64() && body["usage"]["total_tokens"].is_u64(),
+            "usage.prompt_tokens / usage.total_tokens missing: {}",
+            resp.describe()
+        );
         for (i, item) in data.iter().enumerate() {
             ensure!(
                 item["object"] == "embedding",
@@ -366,6 +419,86 @@ fn header_over_json(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
         }
         expect_chat_completion(&resp)?;
         Ok(Verdict::Pass)
+    })
+}
+
+fn path_over_json(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
+    Box::pin(async move {
+        let model = model(ctx)?;
+        let path = format!("/model/{model}/v1/chat/completions");
+        let call = Call::post_json(path.as_str(), &chat_body(Some(UNKNOWN_MODEL)));
+        let resp = send(ctx, call).await?;
+        expect_chat_completion(&resp).map_err(|e| {
+            anyhow!(
+                "POST {path} with body model {UNKNOWN_MODEL:?} was not served by {model:?}: {e:#}"
+            )
+        })?;
+        Ok(Verdict::Pass)
+    })
+}
+
+/// A multipart form with a `model` field and a small file, and its boundary.
+fn multipart_form(model: &str) -> (String, Vec<u8>) {
+    let boundary = "flexinfer-conformance-boundary-7d41";
+    let mut body = Vec::new();
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n{model}\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\
+             Content-Type: application/octet-stream\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend((0u8..=255).cycle().take(2048));
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+fn multipart_field(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
+    Box::pin(async move {
+        let model = model(ctx)?;
+        let (content_type, form) = multipart_form(model);
+        let digest = crate::sim::recorder::hex(&sha2::Sha256::digest(&form));
+        let path = "/v1/audio/transcriptions";
+        let resp = send(ctx, Call::post_raw(path, &content_type, form.clone())).await?;
+        if let Some(body) = resp.json() {
+            let code = &body["error"]["code"];
+            ensure!(
+                code != "missing_required_field" && code != "model_not_found",
+                "the gateway did not take the model from the form: {}",
+                resp.describe()
+            );
+            // A flexinfer-sim backend echoes what it received on this path.
+            if resp.status.as_u16() == 200 && body["path"].is_string() {
+                ensure!(
+                    body["path"] == path,
+                    "the backend saw path {}, not {path:?}",
+                    body["path"]
+                );
+                ensure!(
+                    body["body_sha256"] == digest.as_str() && body["body_len"] == form.len(),
+                    "the form was changed on the way: the backend saw {} bytes with SHA-256 {}, \
+                     the client sent {} bytes with SHA-256 {digest}",
+                    body["body_len"],
+                    body["body_sha256"],
+                    form.len()
+                );
+                ensure!(
+                    body["model"] == model,
+                    "the backend saw form field model {}, not {model:?}",
+                    body["model"]
+                );
+                return Ok(Verdict::Pass);
+            }
+        }
+        if resp.status.is_server_error() {
+            bail!("multipart request failed: {}", resp.describe());
+        }
+        Ok(Verdict::Skip(format!(
+            "the gateway routed the form, but the backend is not a flexinfer-sim echoing what it \
+             received: {}",
+            resp.describe()
+        )))
     })
 }
 

@@ -1,13 +1,17 @@
 //! A minimal HTTP/1.1 client for the checks: one connection per request, the
-//! whole response body read into memory, a timeout on every exchange.
+//! whole response body read into memory (or its frames timed as they
+//! arrive), a timeout on every exchange.
 
-use std::time::Duration;
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use http::{HeaderMap, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpStream;
@@ -44,6 +48,16 @@ impl Target {
             authority,
             prefix: prefix.to_owned(),
         })
+    }
+
+    /// `host:port`.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// The path prefix (`""` or `/something`, without a trailing slash).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// `http://authority/prefix`, without a trailing slash.
@@ -100,6 +114,61 @@ impl Response {
     }
 }
 
+/// A response whose body has not been read yet (the connection stays open
+/// while it is held; dropping it closes the connection).
+#[derive(Debug)]
+pub struct OpenResponse {
+    /// Status code.
+    pub status: StatusCode,
+    /// Response headers.
+    pub headers: HeaderMap,
+    /// When the request was sent.
+    pub sent_at: Instant,
+    body: Incoming,
+}
+
+impl OpenResponse {
+    /// A header as text ("" when missing or not text).
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    /// Reads the rest of the body, noting when each frame arrived (measured
+    /// from when the request was sent), within `limit` from now.
+    pub async fn timed_frames(mut self, limit: Duration) -> Result<Vec<(Duration, Bytes)>> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut frames = Vec::new();
+        loop {
+            let frame = tokio::time::timeout_at(deadline, self.body.frame())
+                .await
+                .map_err(|_| anyhow!("body not complete within {limit:?}"))?;
+            match frame {
+                None => return Ok(frames),
+                Some(frame) => {
+                    if let Ok(data) = frame?.into_data() {
+                        frames.push((self.sent_at.elapsed(), data));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the rest of the body into a [`Response`].
+    pub async fn collect(self) -> Result<Response> {
+        let body = self.body.collect().await?.to_bytes();
+        Ok(Response {
+            status: self.status,
+            headers: self.headers,
+            body,
+        })
+    }
+}
+
+type SendBody = BoxBody<Bytes, Infallible>;
+
 /// One request to send.
 #[derive(Debug, Clone)]
 pub struct Call {
@@ -107,6 +176,7 @@ pub struct Call {
     path: String,
     headers: Vec<(String, String)>,
     body: Bytes,
+    timeout: Duration,
 }
 
 impl Call {
@@ -117,7 +187,14 @@ impl Call {
             path: path.into(),
             headers: Vec::new(),
             body: Bytes::new(),
+            timeout: REQUEST_TIMEOUT,
         }
+    }
+
+    /// Overrides [`REQUEST_TIMEOUT`] for this request.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// `GET path`.
@@ -146,18 +223,88 @@ impl Call {
     /// Sends it to `target`, with `Authorization: Bearer <api_key>` when given.
     pub async fn send(self, target: &Target, api_key: Option<&str>) -> Result<Response> {
         let what = format!("{} {}{}", self.method, target.base_url(), self.path);
-        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(target, api_key))
+        let limit = self.timeout;
+        tokio::time::timeout(limit, async {
+            self.open(target, api_key).await?.collect().await
+        })
+        .await
+        .map_err(|_| anyhow!("no complete answer within {limit:?}"))
+        .and_then(|r| r)
+        .with_context(|| what)
+    }
+
+    /// Sends it and returns as soon as the response head has arrived.
+    pub async fn open(self, target: &Target, api_key: Option<&str>) -> Result<OpenResponse> {
+        let what = format!("{} {}{}", self.method, target.base_url(), self.path);
+        let limit = self.timeout;
+        let body = Full::new(self.body.clone()).boxed();
+        tokio::time::timeout(limit, self.exchange(target, api_key, body, None))
             .await
-            .map_err(|_| anyhow!("no complete answer within {REQUEST_TIMEOUT:?}"))
+            .map_err(|_| anyhow!("no response head within {limit:?}"))
             .and_then(|r| r)
             .with_context(|| what)
     }
 
-    async fn exchange(self, target: &Target, api_key: Option<&str>) -> Result<Response> {
+    /// Sends the head of a request declaring a body of `declared_len` bytes
+    /// with `Expect: 100-continue`, and sends the body (`declared_len` bytes
+    /// of `filler`) only when no answer came within `patience`, as clients
+    /// of a server that ignores `Expect` do. Returns the final answer.
+    pub async fn send_declared(
+        self,
+        target: &Target,
+        api_key: Option<&str>,
+        declared_len: usize,
+        filler: u8,
+        patience: Duration,
+    ) -> Result<Response> {
+        let what = format!("{} {}{}", self.method, target.base_url(), self.path);
+        let limit = self.timeout;
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv()
+                .await
+                .map(|chunk| (Ok::<_, Infallible>(Frame::data(chunk)), rx))
+        });
+        let body = StreamBody::new(stream).boxed();
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(patience).await;
+            const CHUNK: usize = 64 * 1024;
+            let chunk = Bytes::from(vec![filler; CHUNK]);
+            let mut left = declared_len;
+            while left > 0 {
+                let n = left.min(CHUNK);
+                if tx.send(chunk.slice(..n)).await.is_err() {
+                    return;
+                }
+                left -= n;
+            }
+        });
+        let exchange = async {
+            self.exchange(target, api_key, body, Some(declared_len))
+                .await?
+                .collect()
+                .await
+        };
+        let result = tokio::time::timeout(limit, exchange)
+            .await
+            .map_err(|_| anyhow!("no complete answer within {limit:?}"))
+            .and_then(|r| r)
+            .with_context(|| what);
+        feeder.abort();
+        result
+    }
+
+    async fn exchange(
+        self,
+        target: &Target,
+        api_key: Option<&str>,
+        body: SendBody,
+        declared_len: Option<usize>,
+    ) -> Result<OpenResponse> {
         let stream = TcpStream::connect(&target.authority).await?;
         stream.set_nodelay(true)?;
         let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+            hyper::client::conn::http1::handshake::<_, SendBody>(TokioIo::new(stream)).await?;
         tokio::spawn(connection);
         let mut request = Request::builder()
             .method(self.method)
@@ -169,13 +316,19 @@ impl Call {
         for (name, value) in &self.headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        let request = request.body(Full::new(self.body))?;
+        if let Some(len) = declared_len {
+            request = request
+                .header(CONTENT_LENGTH, len.to_string())
+                .header("expect", "100-continue");
+        }
+        let request = request.body(body)?;
+        let sent_at = Instant::now();
         let response = sender.send_request(request).await?;
         let (parts, body) = response.into_parts();
-        let body = body.collect().await?.to_bytes();
-        Ok(Response {
+        Ok(OpenResponse {
             status: parts.status,
             headers: parts.headers,
+            sent_at,
             body,
         })
     }

@@ -160,6 +160,23 @@ impl LocalActuator {
         Ok(())
     }
 
+    /// A request for `model` starts being served: the model counts as
+    /// active until the matching [`Self::end_request`], however long the
+    /// request takes (a long generation is never cut by the idle timeout).
+    pub fn begin_request(&self, model: &str) -> Result<(), ActuatorError> {
+        let idx = self.index(model)?;
+        self.shared.cells[idx].begin_request(SystemTime::now());
+        Ok(())
+    }
+
+    /// The request begun with [`Self::begin_request`] ended; the idle
+    /// timeout counts from now.
+    pub fn end_request(&self, model: &str) -> Result<(), ActuatorError> {
+        let idx = self.index(model)?;
+        self.shared.cells[idx].end_request(SystemTime::now());
+        Ok(())
+    }
+
     /// Every model and shared group as of the supervisor's latest step
     /// (activity times as of now).
     pub fn snapshot(&self) -> ActuatorReport {

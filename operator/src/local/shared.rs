@@ -2,7 +2,7 @@
 //! supervisor: state the handles read directly, and the commands they send.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{oneshot, watch};
@@ -28,6 +28,8 @@ pub(crate) struct ModelCell {
     pub status: watch::Sender<ModelStatus>,
     /// Latest activity, in milliseconds since the Unix epoch (0: never).
     last_active: AtomicU64,
+    /// Requests being served by the model right now.
+    in_flight: AtomicU32,
 }
 
 impl ModelCell {
@@ -38,6 +40,25 @@ impl ModelCell {
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .max(1);
         self.last_active.fetch_max(millis, Ordering::Relaxed);
+    }
+
+    /// One more request in flight.
+    pub fn begin_request(&self, at: SystemTime) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.touch(at);
+    }
+
+    /// One request fewer in flight (never below zero).
+    pub fn end_request(&self, at: SystemTime) {
+        self.touch(at);
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Requests in flight now.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Latest activity.
@@ -74,6 +95,7 @@ impl ModelCell {
         Self {
             status: watch::Sender::new(status),
             last_active: AtomicU64::new(0),
+            in_flight: AtomicU32::new(0),
         }
     }
 }
@@ -90,5 +112,20 @@ mod tests {
         cell.touch(t);
         cell.touch(t - Duration::from_secs(5));
         assert_eq!(cell.last_active(), Some(t));
+    }
+
+    #[test]
+    fn requests_in_flight_are_counted_and_touch() {
+        let cell = ModelCell::new(ModelStatus::idle(UNIX_EPOCH));
+        let t = UNIX_EPOCH + Duration::from_secs(10);
+        cell.begin_request(t);
+        cell.begin_request(t);
+        assert_eq!(cell.in_flight(), 2);
+        cell.end_request(t + Duration::from_secs(7));
+        assert_eq!(cell.in_flight(), 1);
+        assert_eq!(cell.last_active(), Some(t + Duration::from_secs(7)));
+        cell.end_request(t);
+        cell.end_request(t);
+        assert_eq!(cell.in_flight(), 0, "an unmatched end never wraps");
     }
 }

@@ -357,10 +357,14 @@ impl Supervisor {
             d.depth > 0 && since(now, d.at) <= self.config.group_policy.demand_window
         });
         let pending = m.pending || queued || matches!(m.run, Run::Starting { .. });
-        let last_active = if m.run.has_process() {
-            self.shared.cells[model].last_active()
-        } else {
+        let cell = &self.shared.cells[model];
+        let last_active = if !m.run.has_process() {
             None
+        } else if cell.in_flight() > 0 {
+            // Serving a request is activity now, however long it runs.
+            Some(now)
+        } else {
+            cell.last_active()
         };
         desired_replicas(&m.spec.serverless, last_active, pending, now) >= 1
     }

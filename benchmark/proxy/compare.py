@@ -1,0 +1,439 @@
+#!/usr/bin/env python3
+"""Side-by-side proxy benchmark on loopback.
+
+Against one fast `flexinfer-sim` backend it measures, in one run:
+  direct          no proxy
+  flexinfer       flexinfer-gateway (model read from the JSON body, rewritten)
+  nginx           nginx as a reverse proxy (keep-alive upstream, no buffering)
+  haproxy         HAProxy in HTTP mode (keep-alive upstream)
+  litellm         LiteLLM proxy, when `litellm` is importable (--litellm-python)
+
+For each: requests/s at a fixed concurrency with small (1 KiB) and large
+(1 MiB) JSON chat bodies, p50/p99 latency and the latency added over
+direct, CPU seconds per 1,000 requests and peak RSS of the proxy process
+(from /proc), and for streamed answers the time to the first byte and the
+median gap between chunks compared with direct. Ratios against direct make
+figures from noisy machines comparable.
+
+Output: a Markdown table on stdout, and JSON and a PNG plot in --out.
+
+  benchmark/proxy/compare.py [--duration 8] [--connections 32] [--out DIR]
+
+Needs wrk, nginx and haproxy (Debian: wrk nginx-light haproxy) and release
+builds of flexinfer-gateway and flexinfer-sim (built on start).
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, what: str, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"{what} did not listen on {port} within {limit:.0f} s")
+
+
+def proc_cpu_seconds(pids) -> float:
+    """User + system CPU time of the processes (and their reaped children)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # utime, stime, cutime, cstime are fields 14-17 (1-based) of the whole line.
+        total += sum(int(v) for v in fields[11:15])
+    return total / CLOCK_TICKS
+
+
+def proc_rss_kib(pids) -> int:
+    rss = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss += int(line.split()[1])
+        except OSError:
+            pass
+    return rss
+
+
+def children(pid: int):
+    """`pid` and its descendants (nginx and LiteLLM fork workers)."""
+    out = [pid]
+    try:
+        listed = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    except OSError:
+        return out
+    for child in listed.split():
+        out.extend(children(int(child)))
+    return out
+
+
+class Proxy:
+    def __init__(self, name: str, port: int, proc, model: str):
+        self.name, self.port, self.proc, self.model = name, port, proc, model
+
+    def pids(self):
+        return children(self.proc.pid) if self.proc else []
+
+
+def start(cmd, env=None, log=None):
+    return subprocess.Popen(
+        cmd,
+        stdout=log or subprocess.DEVNULL,
+        stderr=log or subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+
+
+def wrk_script(work: Path, name: str, model: str, body_bytes: int) -> Path:
+    """A wrk script posting a chat request of about `body_bytes` for `model`."""
+    filler = "x" * max(0, body_bytes - 120)
+    body = json.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": "Say hello. " + filler}],
+            "max_tokens": 16,
+        },
+        separators=(",", ":"),
+    )
+    body_file = work / f"{name}.json"
+    body_file.write_text(body)
+    script = work / f"{name}.lua"
+    script.write_text(
+        f"""
+wrk.method = "POST"
+wrk.path = "/v1/chat/completions"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open("{body_file}", "r")
+wrk.body = f:read("*a")
+f:close()
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("RESULT rps=%.1f p50_ms=%.3f p99_ms=%.3f requests=%d errors=%d\\n",
+    summary.requests / (summary.duration / 1e6),
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, summary.requests,
+    e.status + e.connect + e.read + e.write + e.timeout))
+end
+"""
+    )
+    return script
+
+
+def run_wrk(port: int, script: Path, duration: int, connections: int) -> dict:
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script),
+         f"http://127.0.0.1:{port}"],
+        capture_output=True, text=True, timeout=duration + 60,
+    ).stdout
+    line = next((l for l in out.splitlines() if l.startswith("RESULT")), "")
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", line)}
+
+
+def sse_profile(port: int, model: str, streams: int) -> dict:
+    """Time to first byte and median chunk gap of streamed answers."""
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "stream"}],
+         "max_tokens": 20, "stream": True}
+    )
+    ttfb, gaps = [], []
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for _ in range(streams):
+        started = time.perf_counter()
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        arrivals = []
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            if line.startswith(b"data:"):
+                arrivals.append(time.perf_counter())
+                if b"[DONE]" in line:
+                    break
+        resp.read()
+        if arrivals:
+            ttfb.append((arrivals[0] - started) * 1e3)
+            gaps.extend((b - a) * 1e3 for a, b in zip(arrivals, arrivals[1:-1]))
+    return {
+        "ttfb_ms": statistics.median(ttfb) if ttfb else None,
+        "chunk_gap_ms": statistics.median(gaps) if gaps else None,
+    }
+
+
+def nginx_proxy(work: Path, backend: int, model: str) -> Proxy:
+    port = free_port()
+    conf = work / "nginx.conf"
+    conf.write_text(f"""
+worker_processes 1;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {work}/body;
+  proxy_temp_path {work}/proxy;
+  fastcgi_temp_path {work}/fastcgi;
+  uwsgi_temp_path {work}/uwsgi;
+  scgi_temp_path {work}/scgi;
+  client_max_body_size 32m;
+  upstream sim {{ server 127.0.0.1:{backend}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://sim;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }}
+  }}
+}}
+""")
+    return Proxy("nginx", port, start(["nginx", "-c", str(conf)]), model)
+
+
+def haproxy_proxy(work: Path, backend: int, model: str) -> Proxy:
+    port = free_port()
+    conf = work / "haproxy.cfg"
+    conf.write_text(f"""
+global
+  nbthread 1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  option http-keep-alive
+frontend front
+  bind 127.0.0.1:{port}
+  default_backend sim
+backend sim
+  http-reuse always
+  server s1 127.0.0.1:{backend}
+""")
+    return Proxy("haproxy", port, start(["haproxy", "-f", str(conf)]), model)
+
+
+def litellm_proxy(work: Path, backend: int, python: str, served: str) -> Proxy:
+    port = free_port()
+    conf = work / "litellm.yaml"
+    conf.write_text(f"""
+model_list:
+  - model_name: bench
+    litellm_params:
+      model: openai/{served}
+      api_base: http://127.0.0.1:{backend}/v1
+      api_key: unused
+""")
+    proc = start(
+        [python, "-m", "litellm", "--config", str(conf), "--host", "127.0.0.1", "--port", str(port),
+         "--num_workers", "1"],
+        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    return Proxy("litellm", port, proc, "bench")
+
+
+def plot(results: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    names = list(results)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for ax, (key, title) in zip(
+        axes,
+        [("small", "1 KiB bodies: requests/s"), ("large", "1 MiB bodies: requests/s"),
+         ("added_p50_ms", "added p50 latency, 1 KiB (ms)")],
+    ):
+        if key == "added_p50_ms":
+            values = [results[n]["small"].get("added_p50_ms", 0) for n in names]
+        else:
+            values = [results[n][key].get("rps", 0) for n in names]
+        ax.bar(names, values, color=["#888", "#2a7", "#37c", "#c73", "#a4c"][: len(names)])
+        ax.set_title(title)
+        ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run (default 8)")
+    parser.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
+    parser.add_argument("--streams", type=int, default=20, help="streamed answers per target (default 20)")
+    parser.add_argument("--gateway-threads", type=int, default=1, help="gateway worker threads (default 1, like one nginx worker)")
+    parser.add_argument("--litellm-python", default=None, help="Python with litellm[proxy] installed")
+    parser.add_argument("--out", default="benchmark-results", help="folder for compare.json and compare.png")
+    parser.add_argument("--no-build", action="store_true", help="use existing release binaries")
+    args = parser.parse_args()
+
+    for tool in ("wrk", "nginx", "haproxy"):
+        if not shutil.which(tool):
+            sys.exit(f"missing {tool}: apt-get install wrk nginx-light haproxy")
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "flexinfer-gateway", "-p",
+                        "flexinfer-conformance"], cwd=ROOT, check=True)
+    bins = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="flexinfer-compare-"))
+    served = "bench-backend"
+    procs = []
+    try:
+        sim_port = free_port()
+        sim = start([str(bins / "flexinfer-sim"), "--port", str(sim_port), "--model", served,
+                     "--recorder-capacity", "0"])
+        procs.append(sim)
+        # A second simulator, paced, for the streaming comparison.
+        stream_port = free_port()
+        stream_sim = start([str(bins / "flexinfer-sim"), "--port", str(stream_port), "--model", served,
+                            "--recorder-capacity", "0", "--ttft", "50ms", "--tokens-per-second", "100"])
+        procs.append(stream_sim)
+        wait_port(sim_port, "flexinfer-sim")
+        wait_port(stream_port, "flexinfer-sim (paced)")
+
+        models = work / "models.yaml"
+        models.write_text(
+            f"models:\n  - name: bench\n    backendModel: {served}\n"
+            f"    endpoints: ['http://127.0.0.1:{sim_port}']\n"
+            f"  - name: bench-stream\n    backendModel: {served}\n"
+            f"    endpoints: ['http://127.0.0.1:{stream_port}']\n"
+        )
+        gw_port = free_port()
+        gateway = start([str(bins / "flexinfer-gateway"), "--config", str(models), "--listen",
+                         f"127.0.0.1:{gw_port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
+                         "--threads", str(args.gateway_threads), "--max-body-bytes", "33554432"],
+                        env={"RUST_LOG": "error"})
+        procs.append(gateway)
+        proxies = [Proxy("direct", sim_port, None, served), Proxy("flexinfer", gw_port, gateway, "bench")]
+        proxies.append(nginx_proxy(work, sim_port, served))
+        proxies.append(haproxy_proxy(work, sim_port, served))
+        if args.litellm_python:
+            proxies.append(litellm_proxy(work, sim_port, args.litellm_python, served))
+        for p in proxies:
+            if p.proc:
+                procs.append(p.proc)
+            wait_port(p.port, p.name, limit=120)
+        time.sleep(0.5)
+
+        # Streaming goes through the same proxies to the paced simulator.
+        stream_targets = {"direct": (stream_port, served)}
+        stream_gw = ("flexinfer", gw_port, "bench-stream")
+        (work / "s").mkdir()
+        nginx_s = nginx_proxy(work / "s", stream_port, served)
+        haproxy_s = haproxy_proxy(work / "s", stream_port, served)
+        for p in (nginx_s, haproxy_s):
+            procs.append(p.proc)
+            wait_port(p.port, p.name + " (stream)")
+        stream_targets["flexinfer"] = stream_gw[1:]
+        stream_targets["nginx"] = (nginx_s.port, served)
+        stream_targets["haproxy"] = (haproxy_s.port, served)
+
+        results = {}
+        for p in proxies:
+            entry = {"pid_count": len(p.pids())}
+            for size_name, size in (("small", 1024), ("large", 1024 * 1024)):
+                script = wrk_script(work, f"{p.name}-{size_name}", p.model, size)
+                conns = args.connections if size_name == "small" else max(4, args.connections // 4)
+                run_wrk(p.port, script, 2, conns)  # warm-up
+                pids = p.pids()
+                cpu_before = proc_cpu_seconds(pids)
+                figures = run_wrk(p.port, script, args.duration, conns)
+                cpu = proc_cpu_seconds(pids) - cpu_before
+                requests = figures.get("requests", 0)
+                if p.proc and requests:
+                    figures["cpu_s_per_1k"] = round(cpu / requests * 1000, 4)
+                figures["rss_kib"] = proc_rss_kib(pids) if p.proc else None
+                entry[size_name] = figures
+            if p.name in stream_targets:
+                port, model = stream_targets[p.name]
+                entry["sse"] = sse_profile(port, model, args.streams)
+            results[p.name] = entry
+            print(f"measured {p.name}", file=sys.stderr)
+
+        direct = results["direct"]
+        for name, entry in results.items():
+            for size_name in ("small", "large"):
+                fig, base = entry[size_name], direct[size_name]
+                if base.get("rps"):
+                    fig["rps_ratio"] = round(fig.get("rps", 0) / base["rps"], 3)
+                fig["added_p50_ms"] = round(fig.get("p50_ms", 0) - base.get("p50_ms", 0), 3)
+                fig["added_p99_ms"] = round(fig.get("p99_ms", 0) - base.get("p99_ms", 0), 3)
+            if "sse" in entry and direct.get("sse", {}).get("ttfb_ms"):
+                entry["sse"]["added_ttfb_ms"] = round(entry["sse"]["ttfb_ms"] - direct["sse"]["ttfb_ms"], 3)
+
+        meta = {"duration_s": args.duration, "connections": args.connections,
+                "gateway_threads": args.gateway_threads, "cpus": os.cpu_count()}
+        (out / "compare.json").write_text(json.dumps({"settings": meta, "results": results}, indent=2))
+        plotted = plot(results, out / "compare.png")
+
+        print(f"\nOn loopback, {args.connections} connections (1 MiB: {max(4, args.connections // 4)}), "
+              f"{args.duration} s per run, one worker per proxy, {os.cpu_count()} CPUs.\n")
+        print("| target | 1 KiB req/s | × direct | p50 / p99 ms | added p50 / p99 ms | CPU s / 1k req | "
+              "1 MiB req/s | × direct | added p50 ms | CPU s / 1k req | RSS MiB | SSE TTFB ms | chunk gap ms |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for name, e in results.items():
+            s, l, sse = e["small"], e["large"], e.get("sse", {})
+            rss = max(s.get("rss_kib") or 0, l.get("rss_kib") or 0)
+
+            def f(v, spec=".0f"):
+                return "—" if v is None else format(v, spec)
+
+            print(f"| {name} | {f(s.get('rps'))} | {f(s.get('rps_ratio'), '.2f')} | "
+                  f"{f(s.get('p50_ms'), '.2f')} / {f(s.get('p99_ms'), '.2f')} | "
+                  f"{f(s.get('added_p50_ms'), '.2f')} / {f(s.get('added_p99_ms'), '.2f')} | "
+                  f"{f(s.get('cpu_s_per_1k'), '.3f')} | {f(l.get('rps'))} | {f(l.get('rps_ratio'), '.2f')} | "
+                  f"{f(l.get('added_p50_ms'), '.2f')} | {f(l.get('cpu_s_per_1k'), '.3f')} | "
+                  f"{f(rss / 1024 if rss else None, '.1f')} | {f(sse.get('ttfb_ms'), '.1f')} | "
+                  f"{f(sse.get('chunk_gap_ms'), '.1f')} |")
+        print(f"\nJSON: {out / 'compare.json'}" + (f"; plot: {out / 'compare.png'}" if plotted else
+                                                     " (install matplotlib for the PNG plot)"))
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, 15)
+            except OSError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, 9)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+//! The Helm chart renders, validates and agrees with the binaries.
+//!
+//! `helm/tests/check_chart.py` renders `helm/flexinfer/` offline with
+//! `helm-python-sdk` for the default values and for the values files under
+//! `helm/tests/`, validates every object (Kubernetes OpenAPI schemas through
+//! `kubernetes-validate`, custom resources through our CRD schemas) and
+//! checks the chart's promises (see the script). These tests run it with the
+//! interpreter in `FLEXINFER_PYTHON` (`scripts/test.sh` exports it; the
+//! packages come from `scripts/setup.sh`), then compare every flag and
+//! environment variable the chart gives a FlexInfer container with that
+//! binary's command line, and parse them with it.
+//!
+//! Without the Python packages the tests say so and pass, except under
+//! `CI=true`, where missing packages fail them.
+
+use crate::repo_root;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use clap::CommandFactory;
+use serde_json::Value;
+
+/// Exit status of the script when a Python package is missing.
+const MISSING_PACKAGES: i32 = 3;
+
+/// Variables read outside the command line: by the NVIDIA container
+/// runtime, and the log filter.
+const EXTERNAL_ENV: &[&str] = &[
+    "RUST_LOG",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+];
+
+fn python() -> PathBuf {
+    if let Some(python) = std::env::var_os("FLEXINFER_PYTHON") {
+        return PathBuf::from(python);
+    }
+    let venv = repo_root().join(".venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Runs the chart check with `args`; `None` when the Python packages are
+/// missing outside CI (the test then passes, saying why).
+fn run_check(args: &[&str]) -> Option<String> {
+    let python = python();
+    let script = repo_root().join("helm/tests/check_chart.py");
+    let output = match Command::new(&python).arg(&script).args(args).output() {
+        Ok(output) => output,
+        Err(err) => {
+            let message = format!("cannot run {}: {err}", python.display());
+            assert!(!in_ci(), "{message} (CI=true: run scripts/setup.sh)");
+            eprintln!("skipped: {message}; run scripts/setup.sh and set FLEXINFER_PYTHON");
+            return None;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.code() == Some(MISSING_PACKAGES) {
+        assert!(
+            !in_ci(),
+            "CI=true but the chart check cannot run: {stderr} (scripts/setup.sh installs helm-python-sdk, kubernetes-validate, jsonschema)"
+        );
+        eprintln!("skipped: {stderr}");
+        return None;
+    }
+    assert!(
+        output.status.success(),
+        "chart check failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    Some(stdout)
+}
+
+#[test]
+fn chart_renders_and_every_object_validates() {
+    let Some(stdout) = run_check(&[]) else { return };
+    assert!(stdout.contains("chart OK"), "{stdout}");
+}
+
+#[test]
+fn rendered_rbac_is_least_privilege_per_component() {
+    let Some(stdout) = run_check(&["--only", "rbac"]) else {
+        return;
+    };
+    assert!(stdout.contains("RBAC OK"), "{stdout}");
+}
+
+/// The command line of a binary the chart runs, when its library exposes it.
+fn command_of(binary: &str) -> Option<clap::Command> {
+    match binary {
+        "flexinfer-gateway" => Some(flexinfer_gateway::cli::Cli::command()),
+        "flexinfer-sched" => Some(flexinfer_sched::cli::Cli::command()),
+        "flexinfer-agent" => Some(flexinfer_node::cli::Cli::command()),
+        // The operator keeps its command line in its binary.
+        _ => None,
+    }
+}
+
+/// The argument vector equivalent to a container's args and environment:
+/// each variable becomes the flag that reads it.
+fn argv(command: &clap::Command, binary: &str, container: &Value) -> Vec<String> {
+    let mut argv = vec![binary.to_owned()];
+    argv.extend(
+        container["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| a.as_str().unwrap_or_default().to_owned()),
+    );
+    let env: BTreeMap<String, Value> = serde_json::from_value(container["env"].clone()).unwrap();
+    for (name, value) in env {
+        if EXTERNAL_ENV.contains(&name.as_str()) {
+            continue;
+        }
+        let arg = command
+            .get_arguments()
+            .find(|arg| arg.get_env().is_some_and(|e| e == name.as_str()));
+        let Some(arg) = arg else {
+            panic!(
+                "{}: the chart sets {name} for {binary}, which no flag of {binary} reads",
+                container["workload"]
+            );
+        };
+        let long = arg.get_long().expect("env flags have a long name");
+        // Secrets and downward-API values are filled in by the kubelet.
+        let value = value.as_str().unwrap_or("placeholder").to_owned();
+        if matches!(arg.get_action(), clap::ArgAction::SetTrue) {
+            // A switch read from the environment: its value says whether
+            // it is on (clap's boolish values).
+            let on = matches!(
+                value.to_ascii_lowercase().as_str(),
+                "true" | "1" | "yes" | "y" | "on"
+            );
+            let off = matches!(
+                value.to_ascii_lowercase().as_str(),
+                "false" | "0" | "no" | "n" | "off" | ""
+            );
+            assert!(on || off, "{name}={value:?} is not a boolean");
+            if on {
+                argv.push(format!("--{long}"));
+            }
+        } else {
+            argv.push(format!("--{long}={value}"));
+        }
+    }
+    argv
+}
+
+#[test]
+fn chart_flags_and_env_are_understood_by_the_binaries() {
+    let summary = std::env::temp_dir().join(format!("flexinfer-chart-{}.json", std::process::id()));
+    let Some(_) = run_check(&["--summary", summary.to_str().unwrap()]) else {
+        return;
+    };
+    let text = std::fs::read_to_string(&summary).expect("summary written");
+    let _ = std::fs::remove_file(&summary);
+    let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
+    let mut checked = 0;
+    for container in summary["containers"].as_array().expect("containers") {
+        let binary = container["binary"].as_str().unwrap();
+        let Some(command) = command_of(binary) else {
+            continue;
+        };
+        let argv = argv(&command, binary, container);
+        let parsed = command.clone().try_get_matches_from(&argv);
+        assert!(
+            parsed.is_ok(),
+            "{} {}: {binary} rejects the chart's settings {argv:?}: {}",
+            container["values"],
+            container["workload"],
+            parsed.unwrap_err()
+        );
+        if binary == "flexinfer-gateway" {
+            use clap::Parser;
+            let cli = flexinfer_gateway::cli::Cli::try_parse_from(&argv).unwrap();
+            if let Err(problems) = cli.validate() {
+                panic!(
+                    "{} {}: the gateway refuses the chart's settings: {problems}",
+                    container["values"], container["workload"]
+                );
+            }
+        }
+        checked += 1;
+    }
+    // Defaults: gateway + agent; all options: gateway, sched, agent; HA: three.
+    assert!(checked >= 8, "only {checked} containers checked");
+}
+
+/// `(group, resource, verb)` triples granted by a list of RBAC rules
+/// (rules with resourceNames included).
+fn grants(rules: &Value) -> std::collections::BTreeSet<(String, String, String)> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let mut out = std::collections::BTreeSet::new();
+    for rule in rules.as_array().into_iter().flatten() {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    out.insert((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The gateway's ClusterRole grants exactly the API calls its Kubernetes
+/// mode makes (`flexinfer_gateway::kube::rbac::RBAC_RULES`); with the
+/// embedded operator it grants at least those.
+#[test]
+fn gateway_role_matches_the_api_calls_of_the_gateway() {
+    let summary = std::env::temp_dir().join(format!("flexinfer-rbac-{}.json", std::process::id()));
+    let Some(_) = run_check(&["--summary", summary.to_str().unwrap()]) else {
+        return;
+    };
+    let text = std::fs::read_to_string(&summary).expect("summary written");
+    let _ = std::fs::remove_file(&summary);
+    let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
+    let code: std::collections::BTreeSet<(String, String, String)> =
+        flexinfer_gateway::kube::rbac::RBAC_RULES
+            .iter()
+            .flat_map(|(group, resource, verbs)| {
+                verbs
+                    .iter()
+                    .map(|verb| (group.to_string(), resource.to_string(), verb.to_string()))
+            })
+            .collect();
+    let mut compared = 0;
+    for role in summary["roles"].as_array().expect("roles") {
+        if role["component"] != "gateway" {
+            continue;
+        }
+        let granted = grants(&role["rules"]);
+        if role["embeddedOperator"] == true {
+            let missing: Vec<_> = code.difference(&granted).collect();
+            assert!(
+                missing.is_empty(),
+                "{}: gateway role lacks {missing:?}",
+                role["values"]
+            );
+        } else {
+            assert_eq!(
+                granted, code,
+                "{}: the gateway's ClusterRole differs from RBAC_RULES",
+                role["values"]
+            );
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 3, "one gateway role per values set");
+}
+
+/// The operator may read exactly the CRDs it checks for at start-up.
+#[test]
+fn operator_role_can_read_the_crds_it_checks() {
+    let summary = std::env::temp_dir().join(format!("flexinfer-crds-{}.json", std::process::id()));
+    let Some(_) = run_check(&["--summary", summary.to_str().unwrap()]) else {
+        return;
+    };
+    let text = std::fs::read_to_string(&summary).expect("summary written");
+    let _ = std::fs::remove_file(&summary);
+    let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
+    let wanted: std::collections::BTreeSet<String> = flexinfer_operator::controllers::REQUIRED_CRDS
+        .iter()
+        .map(|name| name.to_string())
+        .collect();
+    let mut compared = 0;
+    for role in summary["roles"].as_array().expect("roles") {
+        if role["component"] != "operator"
+            && !(role["component"] == "gateway" && role["embeddedOperator"] == true)
+        {
+            continue;
+        }
+        let names: std::collections::BTreeSet<String> = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|rule| {
+                rule["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r == "customresourcedefinitions")
+            })
+            .flat_map(|rule| {
+                rule["resourceNames"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .map(|name| name.as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(names, wanted, "{} {}", role["values"], role["component"]);
+        compared += 1;
+    }
+    assert_eq!(
+        compared, 3,
+        "defaults, values-all (operator) and values-ha (embedded)"
+    );
+}

@@ -1,0 +1,243 @@
+//! The request path's view of cluster models: readiness from the watches,
+//! and activation, demand and activity handed to background tasks.
+//!
+//! Every method of [`ModelLifecycle`] here is a map lookup plus, at most, a
+//! message on a channel: no Kubernetes call and no lock is ever held by a
+//! request. Activation is single-flight per model (one patch however many
+//! requests queue), touches are throttled per model.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use flexinfer_operator::local::{ModelStatus, Phase};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+
+use super::models::{ClusterModel, Target};
+use crate::activation::ModelLifecycle;
+
+/// Work for the background tasks that talk to the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Scale the model up (single-flight: sent once per activation).
+    Activate(String),
+    /// Requests waiting for the model now.
+    Demand(String, u32),
+    /// The model served traffic (throttled before it is sent).
+    Touch(String),
+}
+
+/// Per-model state shared by the request path and the background tasks.
+struct Entry {
+    status: watch::Sender<ModelStatus>,
+    activating: AtomicBool,
+    last_touch_ms: AtomicU64,
+    grouped: AtomicBool,
+    target: ArcSwap<(Target, Duration)>,
+    endpoints: AtomicU64,
+    queued: AtomicU64,
+}
+
+/// [`ModelLifecycle`] for models found in the cluster.
+pub struct KubeLifecycle {
+    entries: ArcSwap<HashMap<String, Arc<Entry>>>,
+    commands: mpsc::UnboundedSender<Command>,
+    touch_interval: Duration,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+fn status_of(m: &ClusterModel) -> ModelStatus {
+    ModelStatus {
+        phase: m.phase,
+        endpoint: m.config.upstreams.first().map(|u| u.addr),
+        message: m.message.clone(),
+        since: SystemTime::now(),
+    }
+}
+
+impl KubeLifecycle {
+    /// A lifecycle sending its work to `commands`; traffic touches a model
+    /// at most once per `touch_interval`.
+    pub fn new(commands: mpsc::UnboundedSender<Command>, touch_interval: Duration) -> Self {
+        Self {
+            entries: ArcSwap::from_pointee(HashMap::new()),
+            commands,
+            touch_interval,
+        }
+    }
+
+    /// Replaces the known models (after the registry got the same set, so
+    /// that a request released by a readiness change finds its endpoints).
+    /// Readiness receivers of removed models see their channel close.
+    pub fn update(&self, models: &[ClusterModel]) {
+        let old = self.entries.load();
+        let mut next: HashMap<String, Arc<Entry>> = HashMap::with_capacity(models.len());
+        for m in models {
+            let name = &m.config.name;
+            let status = status_of(m);
+            let entry = match old.get(name) {
+                Some(e) => {
+                    e.status.send_if_modified(|cur| {
+                        let changed = cur.phase != status.phase
+                            || cur.endpoint != status.endpoint
+                            || cur.message != status.message;
+                        if changed {
+                            *cur = status;
+                        }
+                        changed
+                    });
+                    e.clone()
+                }
+                None => Arc::new(Entry {
+                    status: watch::channel(status).0,
+                    activating: AtomicBool::new(false),
+                    last_touch_ms: AtomicU64::new(0),
+                    grouped: AtomicBool::new(false),
+                    target: ArcSwap::from_pointee((m.target.clone(), m.cold_start)),
+                    endpoints: AtomicU64::new(0),
+                    queued: AtomicU64::new(0),
+                }),
+            };
+            entry
+                .grouped
+                .store(m.target.gpu_group.is_some(), Ordering::Relaxed);
+            entry
+                .endpoints
+                .store(m.config.upstreams.len() as u64, Ordering::Relaxed);
+            let target = entry.target.load();
+            if target.0 != m.target || target.1 != m.cold_start {
+                entry
+                    .target
+                    .store(Arc::new((m.target.clone(), m.cold_start)));
+            }
+            next.insert(name.clone(), entry);
+        }
+        self.entries.store(Arc::new(next));
+    }
+
+    fn entry(&self, model: &str) -> Option<Arc<Entry>> {
+        self.entries.load().get(model).cloned()
+    }
+
+    /// The object behind `model` and its cold-start timeout.
+    pub fn target(&self, model: &str) -> Option<(Target, Duration)> {
+        self.entry(model).map(|e| e.target.load().as_ref().clone())
+    }
+
+    /// Ends the activation of `model`, so the next request may start another.
+    pub fn finish_activation(&self, model: &str) {
+        if let Some(e) = self.entry(model) {
+            e.activating.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Reports a failed activation to the requests waiting for `model`.
+    pub fn fail(&self, model: &str, message: String) {
+        if let Some(e) = self.entry(model) {
+            e.status.send_replace(ModelStatus {
+                phase: Phase::Failed,
+                endpoint: None,
+                message: Some(message),
+                since: SystemTime::now(),
+            });
+        }
+    }
+
+    fn send(&self, command: Command) {
+        if self.commands.send(command).is_err() {
+            tracing::warn!("Kubernetes background tasks stopped; command dropped");
+        }
+    }
+}
+
+impl ModelLifecycle for KubeLifecycle {
+    fn status(&self, model: &str) -> Option<watch::Receiver<ModelStatus>> {
+        self.entries.load().get(model).map(|e| e.status.subscribe())
+    }
+
+    fn activate(&self, model: &str) {
+        let Some(e) = self.entry(model) else {
+            return;
+        };
+        // The activation patch sets the activity time itself.
+        e.last_touch_ms.store(now_ms(), Ordering::Relaxed);
+        if !e.activating.swap(true, Ordering::SeqCst) {
+            self.send(Command::Activate(model.to_string()));
+        }
+    }
+
+    fn demand(&self, model: &str, queued: u32) {
+        let entries = self.entries.load();
+        let Some(e) = entries.get(model) else {
+            return;
+        };
+        e.queued.store(u64::from(queued), Ordering::Relaxed);
+        if e.grouped.load(Ordering::Relaxed) {
+            self.send(Command::Demand(model.to_string(), queued));
+        }
+    }
+
+    fn touch(&self, model: &str) {
+        let entries = self.entries.load();
+        let Some(e) = entries.get(model) else {
+            return;
+        };
+        let now = now_ms();
+        let last = e.last_touch_ms.load(Ordering::Relaxed);
+        let interval = self.touch_interval.as_millis() as u64;
+        if now.saturating_sub(last) < interval {
+            return;
+        }
+        if e.last_touch_ms
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.send(Command::Touch(model.to_string()));
+        }
+    }
+
+    fn phase(&self, model: &str) -> Option<String> {
+        let e = self.entry(model)?;
+        let phase = e.status.borrow().phase;
+        Some(phase.as_str().to_string())
+    }
+
+    fn report(&self) -> Value {
+        let entries = self.entries.load();
+        let mut names: Vec<&String> = entries.keys().collect();
+        names.sort();
+        let models: Vec<Value> = names
+            .into_iter()
+            .map(|name| {
+                let e = &entries[name];
+                let status = e.status.borrow().clone();
+                let target = e.target.load();
+                let last = e.last_touch_ms.load(Ordering::Relaxed);
+                json!({
+                    "name": name,
+                    "namespace": target.0.namespace,
+                    "object": target.0.name,
+                    "kind": target.0.kind.as_str(),
+                    "phase": status.phase.as_str(),
+                    "message": status.message,
+                    "endpoints": e.endpoints.load(Ordering::Relaxed),
+                    "queueDepth": e.queued.load(Ordering::Relaxed),
+                    "gpuGroup": target.0.gpu_group,
+                    "activating": e.activating.load(Ordering::Relaxed),
+                    "lastTouch": (last > 0).then(|| humantime::format_rfc3339_millis(
+                        UNIX_EPOCH + Duration::from_millis(last)).to_string()),
+                })
+            })
+            .collect();
+        json!({ "models": models, "groups": [] })
+    }
+}

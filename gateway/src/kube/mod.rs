@@ -1,0 +1,263 @@
+//! Kubernetes mode: models, endpoints and activation from the cluster.
+//!
+//! The request path is the same as in file mode; only its two sources
+//! change:
+//!
+//! - routes ([`crate::registry::ModelRegistry`]) are built from reflectors
+//!   on `Model` (v1alpha2), `ModelDeployment` (v1alpha1), `LoRAAdapter`,
+//!   `GPUGroup`, the models' `EndpointSlice`s and `Node`s ([`reflect`],
+//!   [`models`], [`endpoints`]), rebuilt on every watch event ([`sync`]);
+//! - the lifecycle ([`crate::activation::ModelLifecycle`]) reports readiness
+//!   from the same watches and hands activation, demand and activity to
+//!   background tasks that patch the cluster ([`lifecycle`], [`actions`],
+//!   [`patch`]).
+//!
+//! Everything that talks to the API server runs on a runtime thread of its
+//! own; the request path only reads atomically swapped snapshots and sends
+//! on channels.
+
+pub mod actions;
+pub mod dns;
+pub mod endpoints;
+pub mod lifecycle;
+pub mod models;
+pub mod patch;
+pub mod rbac;
+pub mod reflect;
+pub mod scope;
+pub mod startup;
+pub mod sync;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, Notify};
+
+pub use lifecycle::KubeLifecycle;
+pub use rbac::{RbacRule, RBAC_RULES};
+pub use scope::Scope;
+
+use crate::activation::ModelLifecycle;
+use crate::registry::FileRegistry;
+
+/// Settings of Kubernetes mode.
+#[derive(Debug, Clone)]
+pub struct KubeSettings {
+    /// Kubeconfig file; `None`: in-cluster config, then `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespaces watched.
+    pub scope: Scope,
+    /// Full rebuild interval, a safety net behind the watches.
+    pub resync: Duration,
+    /// Least time between two activity patches of one model.
+    pub touch_interval: Duration,
+    /// Longest an activation holds its single-flight slot while waiting for
+    /// the model to turn ready.
+    pub activation_wait: Duration,
+    /// Longest wait for the start-up checks and the first list of every kind.
+    pub startup_timeout: Duration,
+    /// The operator's controllers, when they run inside the gateway.
+    pub embedded_operator: Option<EmbeddedControllers>,
+}
+
+/// The operator's controllers run in the gateway (`--embedded-operator`).
+#[derive(Clone)]
+pub struct EmbeddedControllers {
+    /// Namespace the controllers watch; `None` watches all.
+    pub namespace: Option<String>,
+    /// Lease namespace, Lease name and this replica's identity, when only
+    /// the Lease holder may run them.
+    pub leader_election: Option<(String, String, String)>,
+    /// Registry the controllers' metrics join (the gateway's `/metrics`).
+    pub registry: prometheus::Registry,
+}
+
+impl std::fmt::Debug for EmbeddedControllers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedControllers")
+            .field("namespace", &self.namespace)
+            .field("leader_election", &self.leader_election)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedControllers {
+    fn controller_settings(self) -> flexinfer_operator::controllers::ControllerSettings {
+        use flexinfer_operator::controllers::{ControllerSettings, LeaderElection};
+        ControllerSettings {
+            namespace: self.namespace,
+            leader_election: self.leader_election.map(|(namespace, lease, identity)| {
+                let mut election = LeaderElection::new(&namespace, &identity);
+                election.lease_name = lease;
+                election
+            }),
+            registry: self.registry,
+            reporter: "flexinfer-gateway".to_owned(),
+            ..ControllerSettings::default()
+        }
+    }
+}
+
+impl Default for KubeSettings {
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            scope: Scope::Namespaces(vec!["default".to_string()]),
+            resync: Duration::from_secs(300),
+            touch_interval: Duration::from_secs(60),
+            activation_wait: Duration::from_secs(60),
+            startup_timeout: Duration::from_secs(60),
+            embedded_operator: None,
+        }
+    }
+}
+
+/// The running watches and background tasks of Kubernetes mode.
+pub struct KubeMode {
+    lifecycle: Arc<KubeLifecycle>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl KubeMode {
+    /// Connects, checks CRDs and RBAC, lists every watched kind into
+    /// `registry`, and keeps it current until [`KubeMode::shutdown`].
+    pub fn start(settings: KubeSettings, registry: Arc<FileRegistry>) -> anyhow::Result<Self> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("flexinfer-kube".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("flexinfer-kube")
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(anyhow::anyhow!("Kubernetes runtime: {e}")));
+                        return;
+                    }
+                };
+                runtime.block_on(serve(settings, registry, ready_tx, stop_rx));
+            })?;
+        let lifecycle = ready_rx
+            .recv()
+            .map_err(|_| anyhow::anyhow!("the Kubernetes thread exited during start-up"))??;
+        Ok(Self {
+            lifecycle,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The lifecycle the activation queues use.
+    pub fn lifecycle(&self) -> Arc<dyn ModelLifecycle> {
+        self.lifecycle.clone()
+    }
+
+    /// Stops the watches and background tasks.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for KubeMode {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+type Ready = std::sync::mpsc::Sender<anyhow::Result<Arc<KubeLifecycle>>>;
+
+async fn serve(
+    settings: KubeSettings,
+    registry: Arc<FileRegistry>,
+    ready: Ready,
+    stop: oneshot::Receiver<()>,
+) {
+    let started = tokio::time::timeout(settings.startup_timeout, async {
+        let client = startup::client(settings.kubeconfig.as_deref()).await?;
+        let kinds = startup::check(&client, &settings.scope).await?;
+        let changed = Arc::new(Notify::new());
+        let stores = reflect::Stores::start(&client, &settings.scope, kinds, &changed);
+        stores
+            .ready()
+            .await
+            .map_err(|_| anyhow::anyhow!("a Kubernetes watch stopped during start-up"))?;
+        anyhow::Ok((client, stores, changed))
+    })
+    .await;
+    let (client, stores, changed) = match started {
+        Ok(Ok(parts)) => parts,
+        Ok(Err(e)) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+        Err(_) => {
+            let _ = ready.send(Err(anyhow::anyhow!(
+                "Kubernetes start-up did not finish within {:?} (API server unreachable, or a \
+                 watched kind never listed)",
+                settings.startup_timeout
+            )));
+            return;
+        }
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let lifecycle = Arc::new(KubeLifecycle::new(tx, settings.touch_interval));
+    let sync = sync::Sync {
+        stores,
+        scope: settings.scope.clone(),
+        registry: registry.clone(),
+        lifecycle: lifecycle.clone(),
+        dns: dns::DnsCache::new(changed.clone()),
+    };
+    sync.apply();
+    let count = registry.snapshot().routes().len();
+    tracing::info!(models = count, scope = ?settings.scope, "Kubernetes routes loaded");
+    if ready.send(Ok(lifecycle.clone())).is_err() {
+        return;
+    }
+    let (operator_stop, operator_stopped) = oneshot::channel::<()>();
+    let operator = settings.embedded_operator.clone().map(|embedded| {
+        let client = client.clone();
+        tokio::spawn(async move {
+            tracing::info!(?embedded, "starting the embedded operator");
+            let stopped = async {
+                let _ = operator_stopped.await;
+            };
+            let settings = embedded.controller_settings();
+            if let Err(e) = flexinfer_operator::controllers::run(client, settings, stopped).await {
+                tracing::error!(error = %e, "the embedded operator stopped");
+            }
+        })
+    });
+    let actions = tokio::spawn(actions::run(
+        client,
+        lifecycle.clone(),
+        rx,
+        settings.activation_wait,
+    ));
+    tokio::select! {
+        _ = stop => {}
+        _ = sync::run(sync, changed, settings.resync) => {}
+    }
+    actions.abort();
+    if let Some(operator) = operator {
+        let _ = operator_stop.send(());
+        // Reconciles in flight finish; the Lease is released.
+        let _ = tokio::time::timeout(Duration::from_secs(10), operator).await;
+    }
+}

@@ -1,0 +1,606 @@
+//! Turns the watched objects into the gateway's model table.
+//!
+//! Each v1alpha2 `Model` and v1alpha1 `ModelDeployment` in scope (parked
+//! ones, `litellm.enabled: false`, excepted) becomes one route, named as
+//! [`Scope::canonical`] says. Names are claimed in this order, the first
+//! claimant of a name winning (later claimants are logged and skipped):
+//!
+//! 1. canonical names (home namespace first, then the namespace
+//!    precedence; Models before ModelDeployments; by name),
+//! 2. qualified names `namespace/name` of home-namespace models,
+//! 3. plain names of models outside the home namespace,
+//! 4. aliases: `spec.litellm.servedModelName`, `spec.litellm.aliases`,
+//!    service labels (`ai.flexinfer/active-services` when that annotation
+//!    is present, else `flexinfer.ai/service-labels` and
+//!    `spec.serviceLabels`),
+//! 5. LoRA adapter names (`spec.adapterName` → `spec.modelRef` in the
+//!    adapter's namespace; the backend sees the adapter name).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flexinfer_crds::labels;
+use flexinfer_crds::v1alpha1::{GPUGroup, ModelDeployment, ModelDeploymentPhase};
+use flexinfer_crds::v1alpha2::{LiteLlmSpec, LoRAAdapter, Model, ModelPhase};
+use flexinfer_crds::RoutingStrategy;
+use flexinfer_operator::local::Phase;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::endpoints::{terminating_nodes, ReadyEndpoints};
+use super::scope::{qualified, Scope};
+use crate::config::ModelConfig;
+use crate::routing::{Strategy, Upstream};
+
+/// Every watched object, as last seen.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// v1alpha2 Models.
+    pub models: Vec<Arc<Model>>,
+    /// v1alpha1 ModelDeployments.
+    pub deployments: Vec<Arc<ModelDeployment>>,
+    /// LoRAAdapters.
+    pub adapters: Vec<Arc<LoRAAdapter>>,
+    /// GPUGroups.
+    pub groups: Vec<Arc<GPUGroup>>,
+    /// EndpointSlices of model Services.
+    pub slices: Vec<Arc<EndpointSlice>>,
+    /// Nodes.
+    pub nodes: Vec<Arc<Node>>,
+}
+
+/// Which resource a route comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TargetKind {
+    /// A v1alpha2 `Model`.
+    Model,
+    /// A v1alpha1 `ModelDeployment`.
+    ModelDeployment,
+}
+
+impl TargetKind {
+    /// The kind's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Model => "Model",
+            TargetKind::ModelDeployment => "ModelDeployment",
+        }
+    }
+}
+
+/// The object activation and touches patch for a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Namespace.
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+    /// Kind.
+    pub kind: TargetKind,
+    /// `spec.replicas` of a ModelDeployment (0 for Models).
+    pub replicas: i32,
+    /// The GPUGroup (same namespace) a ModelDeployment belongs to.
+    pub gpu_group: Option<String>,
+}
+
+/// One servable model, with the route config the registry builds from.
+#[derive(Debug, Clone)]
+pub struct ClusterModel {
+    /// Route config; `config.name` is the canonical name.
+    pub config: ModelConfig,
+    /// The object behind it.
+    pub target: Target,
+    /// Readiness as the activation queues see it.
+    pub phase: Phase,
+    /// Why the model is in this phase (`status.message`).
+    pub message: Option<String>,
+    /// The model's cold-start timeout.
+    pub cold_start: Duration,
+}
+
+/// A candidate route before names are claimed.
+struct Candidate {
+    namespace: String,
+    name: String,
+    kind: TargetKind,
+    annotations: BTreeMap<String, String>,
+    aliases: Vec<String>,
+    backend_model: String,
+    ready: bool,
+    failed: bool,
+    wanted: bool,
+    message: Option<String>,
+    replicas: i32,
+    gpu_group_ref: Option<String>,
+    cold_start: Duration,
+    /// Where the Service DNS fallback sends requests.
+    fallback: (String, u16),
+}
+
+/// Resolves a `host`, `port` pair to addresses without waiting (see
+/// [`super::dns::DnsCache`]).
+pub type Resolve<'a> = &'a dyn Fn(&str, u16) -> Vec<std::net::SocketAddr>;
+
+/// Builds the routes from `snap`, in precedence order. A Ready model whose
+/// Service has no EndpointSlice at all is routed to its Service DNS name
+/// (or `status.endpoint`) through `resolve`.
+pub fn build(snap: &Snapshot, scope: &Scope, resolve: Resolve<'_>) -> Vec<ClusterModel> {
+    let excluded = terminating_nodes(snap.nodes.iter().map(|n| n.as_ref()));
+    let ready = ReadyEndpoints::collect(snap.slices.iter().map(|s| s.as_ref()), &excluded);
+    let mut candidates: Vec<Candidate> = Vec::new();
+    for m in &snap.models {
+        if let Some(c) = from_model(m, scope) {
+            candidates.push(c);
+        }
+    }
+    for d in &snap.deployments {
+        if let Some(c) = from_deployment(d, scope) {
+            candidates.push(c);
+        }
+    }
+    candidates.sort_by(|a, b| {
+        scope
+            .compare(&a.namespace, &b.namespace)
+            .then(a.kind.cmp(&b.kind))
+            .then(a.name.cmp(&b.name))
+    });
+
+    let mut claims = Claims::default();
+    let mut out: Vec<ClusterModel> = Vec::new();
+    let mut index: HashMap<(String, String), usize> = HashMap::new();
+    for c in &candidates {
+        let key = scope.canonical(&c.namespace, &c.name);
+        if !claims.claim(&key, &key) {
+            continue;
+        }
+        index.insert((c.namespace.clone(), c.name.clone()), out.len());
+        let mut upstreams = ready.upstreams(&c.namespace, &c.name);
+        if c.ready && upstreams.is_empty() && ready.port(&c.namespace, &c.name).is_none() {
+            let (host, port) = &c.fallback;
+            let name = format!("{host}:{port}");
+            upstreams = resolve(host, *port)
+                .into_iter()
+                .map(|addr| Upstream::new(addr, name.clone()))
+                .collect();
+        }
+        let phase = match (c.ready, c.failed, upstreams.is_empty()) {
+            (true, _, false) => Phase::Ready,
+            (true, _, true) => Phase::Loading,
+            (false, true, _) => Phase::Failed,
+            (false, false, _) if c.wanted => Phase::Loading,
+            _ => Phase::Idle,
+        };
+        out.push(ClusterModel {
+            config: route_config(&key, c, upstreams),
+            target: Target {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                kind: c.kind,
+                replicas: c.replicas,
+                gpu_group: gpu_group(c, &snap.groups),
+            },
+            phase,
+            message: c.message.clone(),
+            cold_start: c.cold_start,
+        });
+    }
+    let home = scope.home().to_string();
+    let route_of = |c: &Candidate| index.get(&(c.namespace.clone(), c.name.clone())).copied();
+    let mut extra: Vec<(usize, String)> = Vec::new();
+    for c in candidates.iter().filter(|c| c.namespace == home) {
+        if let Some(i) = route_of(c) {
+            extra.push((i, qualified(&c.namespace, &c.name)));
+        }
+    }
+    for c in candidates.iter().filter(|c| c.namespace != home) {
+        if let Some(i) = route_of(c) {
+            extra.push((i, c.name.clone()));
+        }
+    }
+    for c in &candidates {
+        if let Some(i) = route_of(c) {
+            extra.extend(c.aliases.iter().map(|a| (i, a.clone())));
+        }
+    }
+    for (i, alias) in extra {
+        let owner = out[i].config.name.clone();
+        if claims.claim(&alias, &owner) {
+            out[i].config.aliases.push(alias);
+        }
+    }
+
+    let mut adapters: Vec<&Arc<LoRAAdapter>> = snap
+        .adapters
+        .iter()
+        .filter(|a| {
+            a.metadata
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| scope.contains(ns))
+        })
+        .collect();
+    adapters.sort_by(|a, b| {
+        let (na, nb) = (ns_of(&a.metadata), ns_of(&b.metadata));
+        scope
+            .compare(na, nb)
+            .then(a.metadata.name.cmp(&b.metadata.name))
+    });
+    for a in adapters {
+        let ns = ns_of(&a.metadata).to_string();
+        let Some(&i) = index.get(&(ns, a.spec.model_ref.clone())) else {
+            continue;
+        };
+        let name = a.spec.adapter_name.trim();
+        if name.is_empty() {
+            continue;
+        }
+        let owner = out[i].config.name.clone();
+        if claims.claim(name, &owner) {
+            out[i]
+                .config
+                .lora
+                .insert(name.to_string(), name.to_string());
+        }
+    }
+    out
+}
+
+/// Names claimed so far and by whom.
+#[derive(Default)]
+struct Claims(HashMap<String, String>);
+
+impl Claims {
+    fn claim(&mut self, name: &str, owner: &str) -> bool {
+        match self.0.get(name) {
+            None => {
+                self.0.insert(name.to_string(), owner.to_string());
+                true
+            }
+            Some(prev) if prev == owner => false,
+            Some(prev) => {
+                tracing::debug!(name, owner = %prev, skipped = owner, "name already claimed");
+                false
+            }
+        }
+    }
+}
+
+fn ns_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.namespace.as_deref().unwrap_or("default")
+}
+
+fn route_config(key: &str, c: &Candidate, upstreams: Vec<Upstream>) -> ModelConfig {
+    let strategy = match RoutingStrategy::from_annotation(
+        c.annotations.get(labels::ROUTING).map(String::as_str),
+    ) {
+        RoutingStrategy::ServiceDns => Strategy::Default,
+        RoutingStrategy::SessionAffinity => Strategy::SessionAffinity,
+        RoutingStrategy::Prefix => Strategy::Prefix,
+        RoutingStrategy::LeastLoaded => Strategy::LeastLoaded,
+    };
+    ModelConfig {
+        name: key.to_string(),
+        aliases: Vec::new(),
+        backend_model: c.backend_model.clone(),
+        strategy,
+        bounded_load: None,
+        upstreams,
+        lora: HashMap::new(),
+        rate_limit: None,
+        local: None,
+    }
+}
+
+fn from_model(m: &Model, scope: &Scope) -> Option<Candidate> {
+    let name = m.metadata.name.clone()?;
+    let namespace = ns_of(&m.metadata).to_string();
+    if !scope.contains(&namespace) || m.metadata.deletion_timestamp.is_some() || m.spec.is_parked()
+    {
+        return None;
+    }
+    let annotations = m.metadata.annotations.clone().unwrap_or_default();
+    let mut aliases = m.spec.client_aliases(&name);
+    aliases.extend(service_labels(&annotations, &m.spec.service_labels));
+    let status = m.status.as_ref();
+    let phase = status.and_then(|s| s.phase);
+    Some(Candidate {
+        aliases,
+        annotations,
+        backend_model: m.spec.backend_model_name(),
+        ready: phase == Some(ModelPhase::Ready),
+        failed: phase == Some(ModelPhase::Failed),
+        wanted: matches!(phase, Some(ModelPhase::Loading | ModelPhase::Pending)),
+        message: status.and_then(|s| s.message.clone()),
+        replicas: 0,
+        gpu_group_ref: None,
+        cold_start: m.spec.cold_start_timeout(),
+        fallback: fallback(
+            status.and_then(|s| s.endpoint.as_deref()),
+            &name,
+            &namespace,
+            &m.spec.backend,
+        ),
+        kind: TargetKind::Model,
+        namespace,
+        name,
+    })
+}
+
+fn from_deployment(d: &ModelDeployment, scope: &Scope) -> Option<Candidate> {
+    let name = d.metadata.name.clone()?;
+    let namespace = ns_of(&d.metadata).to_string();
+    if !scope.contains(&namespace) || d.metadata.deletion_timestamp.is_some() || d.spec.is_parked()
+    {
+        return None;
+    }
+    let annotations = d.metadata.annotations.clone().unwrap_or_default();
+    let mut aliases = litellm_aliases(d.spec.litellm.as_ref(), &name);
+    aliases.extend(service_labels(&annotations, &d.spec.service_labels));
+    let status = d.status.as_ref();
+    let phase = status.and_then(|s| s.phase);
+    let running =
+        d.is_ready() || (d.spec.replicas > 0 && phase == Some(ModelDeploymentPhase::Running));
+    Some(Candidate {
+        aliases,
+        annotations,
+        backend_model: d.spec.model.clone(),
+        ready: running,
+        failed: phase == Some(ModelDeploymentPhase::Failed),
+        wanted: d.spec.replicas > 0,
+        message: None,
+        replicas: d.spec.replicas,
+        gpu_group_ref: d.spec.gpu_group_ref.clone().filter(|g| !g.is_empty()),
+        cold_start: d.spec.cold_start_timeout(),
+        fallback: fallback(
+            status
+                .and_then(|s| s.endpoints.as_ref())
+                .and_then(|e| e.internal.as_deref()),
+            &name,
+            &namespace,
+            &d.spec.backend,
+        ),
+        kind: TargetKind::ModelDeployment,
+        namespace,
+        name,
+    })
+}
+
+/// Default port of model servers whose backend is not in the catalog.
+pub const DEFAULT_BACKEND_PORT: u16 = 8000;
+
+/// The Service DNS fallback target: `endpoint` (a URL) when given, else
+/// `<name>.<namespace>.svc` on the backend's port.
+fn fallback(endpoint: Option<&str>, name: &str, namespace: &str, backend: &str) -> (String, u16) {
+    if let Some(hp) = endpoint.and_then(super::dns::host_port) {
+        return hp;
+    }
+    let port = flexinfer_crds::backend::get(backend)
+        .ok()
+        .and_then(|b| u16::try_from(b.port).ok())
+        .filter(|p| *p > 0)
+        .unwrap_or(DEFAULT_BACKEND_PORT);
+    (format!("{name}.{namespace}.svc"), port)
+}
+
+/// `servedModelName` and `aliases` of a LiteLLM block, trimmed, non-empty,
+/// without the resource name and duplicates.
+fn litellm_aliases(litellm: Option<&LiteLlmSpec>, name: &str) -> Vec<String> {
+    let Some(l) = litellm else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for a in l
+        .served_model_name
+        .iter()
+        .chain(l.aliases.iter())
+        .map(|a| a.trim())
+    {
+        if !a.is_empty() && a != name && !out.iter().any(|o| o == a) {
+            out.push(a.to_string());
+        }
+    }
+    out
+}
+
+/// Service labels: `ai.flexinfer/active-services` when the key is present
+/// (even empty), else `flexinfer.ai/service-labels` plus `spec`'s list.
+fn service_labels(annotations: &BTreeMap<String, String>, spec: &[String]) -> Vec<String> {
+    if let Some(active) = annotations.get(labels::ACTIVE_SERVICES) {
+        return labels::split_list(active);
+    }
+    let mut out = annotations
+        .get(labels::SERVICE_LABELS)
+        .map(|v| labels::split_list(v))
+        .unwrap_or_default();
+    out.extend(
+        spec.iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty()),
+    );
+    out
+}
+
+/// The GPUGroup of a ModelDeployment: its `gpuGroupRef` when that group
+/// exists, else a group of its namespace listing it as a member.
+fn gpu_group(c: &Candidate, groups: &[Arc<GPUGroup>]) -> Option<String> {
+    if c.kind != TargetKind::ModelDeployment {
+        return None;
+    }
+    let in_ns: Vec<&Arc<GPUGroup>> = groups
+        .iter()
+        .filter(|g| ns_of(&g.metadata) == c.namespace)
+        .collect();
+    if let Some(r) = &c.gpu_group_ref {
+        return in_ns
+            .iter()
+            .any(|g| g.metadata.name.as_deref() == Some(r))
+            .then(|| r.clone());
+    }
+    in_ns
+        .iter()
+        .find(|g| {
+            g.spec.models.iter().any(|m| {
+                m.name == c.name && m.namespace.as_deref().is_none_or(|ns| ns == c.namespace)
+            })
+        })
+        .and_then(|g| g.metadata.name.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn model(v: serde_json::Value) -> Arc<Model> {
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    fn slice(ns: &str, svc: &str, ip: &str) -> Arc<EndpointSlice> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("{svc}-x"), "namespace": ns,
+                    "labels": {"kubernetes.io/service-name": svc}},
+                "addressType": "IPv4",
+                "ports": [{"name": "http", "port": 8000}],
+                "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn spec() -> serde_json::Value {
+        json!({"backend": "vllm", "source": "hf://org/m"})
+    }
+
+    #[test]
+    fn names_follow_namespace_precedence() {
+        let mut a = spec();
+        a["litellm"] = json!({"aliases": ["chat", "shared"]});
+        let mut b = spec();
+        b["litellm"] = json!({"aliases": ["shared"]});
+        let snap = Snapshot {
+            models: vec![
+                model(json!({"metadata": {"name": "m", "namespace": "b",
+                    "annotations": {"flexinfer.ai/routing": "prefix"}}, "spec": b,
+                    "status": {"phase": "Ready"}})),
+                model(json!({"metadata": {"name": "m", "namespace": "a"}, "spec": a})),
+                model(json!({"metadata": {"name": "solo", "namespace": "b"}, "spec": spec()})),
+                model(json!({"metadata": {"name": "hidden", "namespace": "c"}, "spec": spec()})),
+            ],
+            slices: vec![slice("b", "m", "10.0.0.9")],
+            adapters: vec![Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": "sql", "namespace": "b"},
+                    "spec": {"modelRef": "solo", "adapterName": "sql-v1",
+                        "source": {"type": "HuggingFace", "uri": "org/sql"}}
+                }))
+                .unwrap(),
+            )],
+            ..Snapshot::default()
+        };
+        let scope = Scope::from_flags("", &["a".into(), "b".into()], false);
+        let out = build(&snap, &scope, &|_, _| Vec::new());
+        let names: Vec<&str> = out.iter().map(|m| m.config.name.as_str()).collect();
+        assert_eq!(names, ["m", "b/m", "b/solo"]);
+        assert_eq!(out[0].config.aliases, ["a/m", "chat", "shared"]);
+        assert!(
+            out[1].config.aliases.is_empty(),
+            "{:?}",
+            out[1].config.aliases
+        );
+        assert_eq!(out[2].config.aliases, ["solo"]);
+        assert_eq!(
+            out[2].config.lora.get("sql-v1").map(String::as_str),
+            Some("sql-v1")
+        );
+        assert_eq!(out[1].config.strategy, Strategy::Prefix);
+        assert_eq!(out[1].phase, Phase::Ready);
+        assert_eq!(out[1].config.upstreams.len(), 1);
+        assert_eq!(out[0].phase, Phase::Idle);
+        assert_eq!(out[0].config.backend_model, "org/m");
+    }
+
+    #[test]
+    fn all_namespaces_put_home_first_then_alphabetical() {
+        let snap = Snapshot {
+            models: ["zeta", "alpha", "ml"]
+                .iter()
+                .map(|ns| {
+                    model(json!({"metadata": {"name": "m", "namespace": ns}, "spec": spec()}))
+                })
+                .collect(),
+            ..Snapshot::default()
+        };
+        let out = build(&snap, &Scope::from_flags("ml", &[], true), &|_, _| {
+            Vec::new()
+        });
+        let names: Vec<&str> = out.iter().map(|m| m.config.name.as_str()).collect();
+        assert_eq!(names, ["m", "alpha/m", "zeta/m"]);
+        assert_eq!(out[0].config.aliases, ["ml/m"]);
+    }
+
+    #[test]
+    fn ready_models_without_slices_fall_back_to_service_dns() {
+        let snap = Snapshot {
+            models: vec![
+                model(
+                    json!({"metadata": {"name": "a", "namespace": "ml"}, "spec": spec(),
+                    "status": {"phase": "Ready"}}),
+                ),
+                model(
+                    json!({"metadata": {"name": "b", "namespace": "ml"}, "spec": spec(),
+                    "status": {"phase": "Ready", "endpoint": "http://b-svc.ml:9000"}}),
+                ),
+                model(
+                    json!({"metadata": {"name": "c", "namespace": "ml"}, "spec": spec(),
+                    "status": {"phase": "Ready"}}),
+                ),
+            ],
+            slices: vec![Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": "c-1", "namespace": "ml",
+                        "labels": {"kubernetes.io/service-name": "c"}},
+                    "addressType": "IPv4", "ports": [{"name": "http", "port": 8000}],
+                    "endpoints": []
+                }))
+                .unwrap(),
+            )],
+            ..Snapshot::default()
+        };
+        let asked = std::cell::RefCell::new(Vec::new());
+        let resolve = |host: &str, port: u16| {
+            asked.borrow_mut().push(format!("{host}:{port}"));
+            vec![std::net::SocketAddr::from(([10, 0, 0, 7], port))]
+        };
+        let out = build(&snap, &Scope::from_flags("ml", &[], false), &resolve);
+        assert_eq!(*asked.borrow(), ["a.ml.svc:8000", "b-svc.ml:9000"]);
+        assert_eq!(out[0].config.upstreams[0].name, "a.ml.svc:8000");
+        assert_eq!(out[0].phase, Phase::Ready);
+        assert_eq!(out[1].config.upstreams[0].addr.to_string(), "10.0.0.7:9000");
+        // A Service whose slices list no ready endpoint is not ready.
+        assert!(out[2].config.upstreams.is_empty());
+        assert_eq!(out[2].phase, Phase::Loading);
+    }
+
+    #[test]
+    fn ready_needs_endpoints_and_parked_models_are_hidden() {
+        let mut parked = spec();
+        parked["litellm"] = json!({"enabled": false});
+        let snap = Snapshot {
+            models: vec![
+                model(
+                    json!({"metadata": {"name": "r", "namespace": "default"}, "spec": spec(),
+                    "status": {"phase": "Ready"}}),
+                ),
+                model(json!({"metadata": {"name": "p", "namespace": "default"}, "spec": parked})),
+            ],
+            ..Snapshot::default()
+        };
+        let out = build(&snap, &Scope::from_flags("default", &[], false), &|_, _| {
+            Vec::new()
+        });
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].phase, Phase::Loading);
+    }
+}

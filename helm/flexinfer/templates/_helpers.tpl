@@ -1,0 +1,133 @@
+{{/*
+Chart name, overridable with nameOverride.
+*/}}
+{{- define "flexinfer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Prefix of every object name: the release name when it already contains the
+chart name (release "flexinfer" gives "flexinfer-proxy"), else
+"<release>-<chart>".
+*/}}
+{{- define "flexinfer.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of a component's objects: "<fullname>-<suffix>". Call with
+(dict "root" $ "suffix" "proxy").
+*/}}
+{{- define "flexinfer.componentName" -}}
+{{- printf "%s-%s" (include "flexinfer.fullname" .root) .suffix | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels of every object.
+*/}}
+{{- define "flexinfer.commonLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/part-of: flexinfer
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels of a component. Call with (dict "root" $ "component" "gateway" "app" "flexinfer-proxy").
+The "app" label keeps the names of the original chart (app: flexinfer-proxy).
+*/}}
+{{- define "flexinfer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "flexinfer.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+All labels of a component's objects.
+*/}}
+{{- define "flexinfer.labels" -}}
+{{ include "flexinfer.commonLabels" .root }}
+{{ include "flexinfer.selectorLabels" . }}
+app: {{ .app }}
+{{- end }}
+
+{{/*
+Image reference of a component. Call with
+(dict "root" $ "image" .Values.gateway.image "name" "flexinfer-gateway").
+*/}}
+{{- define "flexinfer.image" -}}
+{{- $repository := .image.repository | default (printf "%s/%s" (trimSuffix "/" .root.Values.image.registry) .name) }}
+{{- $tag := .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion }}
+{{- printf "%s:%s" $repository $tag }}
+{{- end }}
+
+{{/*
+Image pull secrets of every pod.
+*/}}
+{{- define "flexinfer.imagePullSecrets" -}}
+{{- with .Values.image.pullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Namespaces watched by the gateway and operator: the listed ones, else the
+release namespace. Empty output means every namespace.
+*/}}
+{{- define "flexinfer.watchNamespaces" -}}
+{{- if not .Values.watch.allNamespaces }}
+{{- if .Values.watch.namespaces }}
+{{- join "," .Values.watch.namespaces }}
+{{- else }}
+{{- .Release.Namespace }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Environment variables from a name: value map (sorted by name).
+*/}}
+{{- define "flexinfer.extraEnv" -}}
+{{- range $name, $value := . }}
+- name: {{ $name }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Pod-level security context.
+*/}}
+{{- define "flexinfer.podSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
+{{/*
+Container-level security context.
+*/}}
+{{- define "flexinfer.securityContext" -}}
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
+{{- end }}
+
+{{/*
+Whether the controllers run with more than one replica (leader election).
+*/}}
+{{- define "flexinfer.gatewayLeaderElect" -}}
+{{- if and .Values.gateway.embeddedOperator (gt (int .Values.gateway.replicas) 1) }}true{{ end }}
+{{- end }}

@@ -1,0 +1,767 @@
+#!/usr/bin/env python3
+"""Renders the FlexInfer chart offline and validates everything it renders.
+
+For each values set (chart defaults, values-all.yaml, values-ha.yaml):
+
+1. `helm lint --strict` and the chart's values.schema.json (helm-python-sdk,
+   which embeds Helm's Go SDK; no helm binary or cluster needed);
+2. render the templates and validate every object: built-in kinds against
+   the Kubernetes OpenAPI schemas (kubernetes-validate, strict, 1.32.0),
+   FlexInfer custom resources against the chart's own CRD schemas
+   (jsonschema, unknown fields rejected), Prometheus Operator kinds against
+   the few fields FlexInfer sets;
+3. check what the chart promises: names, labels and selectors agree,
+   security contexts, probes, resources, images, the scheduler
+   configuration, the PrometheusRule matches files/prometheus-rules.yaml,
+   and RBAC is least-privilege-structured (one ServiceAccount per
+   component, bound only to its own role, no wildcards, no Secrets).
+
+The example manifests under crds/examples/ and the FlexInfer objects in the
+examples of docs/*.md are validated against the CRD schemas too. A JSON summary (environment variables and flags of every
+FlexInfer container) is written to --summary for the Rust test to compare
+with the binaries' command lines.
+
+Exit status: 0 when everything passed, 1 on a failed check, 3 when a
+required Python package is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import glob
+import json
+import os
+import sys
+
+try:
+    import helm_python
+    import jsonschema
+    import kubernetes_validate
+    import yaml
+    from helm_python import Chart
+except ImportError as err:  # pragma: no cover - reported to the Rust test
+    print(f"missing Python package: {err.name} (run scripts/setup.sh)", file=sys.stderr)
+    sys.exit(3)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CHART = os.path.join(ROOT, "helm", "flexinfer")
+KUBE_VERSION = "1.32.0"
+RELEASE = "flexinfer"
+NAMESPACE = "flexinfer-system"
+
+# ServiceAccounts that may be bound to Kubernetes' own roles, and which.
+SYSTEM_ROLES = {
+    "scheduler": {
+        "system:kube-scheduler",
+        "system:volume-scheduler",
+        "extension-apiserver-authentication-reader",
+    }
+}
+
+FAILURES: list[str] = []
+
+
+def fail(message: str) -> None:
+    FAILURES.append(message)
+
+
+def check(condition: bool, message: str) -> bool:
+    if not condition:
+        fail(message)
+    return condition
+
+
+# ---------------------------------------------------------------------------
+# CRD schemas as JSON Schema
+
+
+def strict_schema(node):
+    """An openAPIV3Schema node as JSON Schema that rejects unknown fields
+    (what `kubectl apply --validate=strict` does) and accepts
+    int-or-string values."""
+    if isinstance(node, list):
+        return [strict_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in ("properties", "patternProperties"):
+            out[key] = {name: strict_schema(child) for name, child in value.items()}
+        elif key in ("items", "additionalProperties", "not"):
+            out[key] = strict_schema(value)
+        elif key in ("allOf", "anyOf", "oneOf"):
+            out[key] = [strict_schema(child) for child in value]
+        elif key.startswith("x-kubernetes-"):
+            continue
+        else:
+            out[key] = value
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if (
+        "properties" in node
+        and "additionalProperties" not in node
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def load_crd_schemas() -> dict[tuple[str, str], dict]:
+    """(apiVersion, kind) -> JSON Schema, from the chart's crds/."""
+    schemas = {}
+    for path in sorted(glob.glob(os.path.join(CHART, "crds", "*.yaml"))):
+        with open(path, encoding="utf-8") as f:
+            for crd in yaml.safe_load_all(f):
+                if not crd:
+                    continue
+                check(
+                    kube_valid(crd, path),
+                    f"{path}: CustomResourceDefinition fails the Kubernetes schema",
+                )
+                group = crd["spec"]["group"]
+                kind = crd["spec"]["names"]["kind"]
+                for version in crd["spec"]["versions"]:
+                    schema = strict_schema(version["schema"]["openAPIV3Schema"])
+                    # The API server validates metadata itself.
+                    schema.setdefault("properties", {})["metadata"] = {"type": "object"}
+                    schema["properties"]["apiVersion"] = {"type": "string"}
+                    schema["properties"]["kind"] = {"type": "string"}
+                    schemas[(f"{group}/{version['name']}", kind)] = schema
+    check(len(schemas) >= 9, f"only {len(schemas)} CRD schemas found under {CHART}/crds")
+    return schemas
+
+
+def validate_custom_resource(obj: dict, where: str, schemas) -> None:
+    key = (obj.get("apiVersion"), obj.get("kind"))
+    schema = schemas.get(key)
+    if not check(schema is not None, f"{where}: no CRD schema for {key}"):
+        return
+    errors = sorted(
+        jsonschema.Draft7Validator(schema).iter_errors(obj), key=lambda e: list(e.path)
+    )
+    for error in errors:
+        path = ".".join(str(p) for p in error.path)
+        fail(f"{where}: {obj['kind']}/{obj['metadata'].get('name')}: {path}: {error.message}")
+    name = obj.get("metadata", {}).get("name", "")
+    check(
+        bool(name) and len(name) <= 253,
+        f"{where}: {obj.get('kind')} has no valid metadata.name",
+    )
+
+
+# ---------------------------------------------------------------------------
+# Built-in kinds
+
+
+def kube_valid(obj: dict, where: str) -> bool:
+    try:
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        return True
+    except kubernetes_validate.ValidationError as err:
+        path = ".".join(str(p) for p in err.path)
+        fail(f"{where}: {obj.get('kind')}/{obj.get('metadata', {}).get('name')}: {path}: {err.message}")
+    except kubernetes_validate.SchemaNotFoundError as err:
+        fail(f"{where}: no Kubernetes {KUBE_VERSION} schema for {obj.get('apiVersion')} {obj.get('kind')}: {err}")
+    return False
+
+
+def validate_monitoring(obj: dict, where: str) -> None:
+    """Prometheus Operator kinds: no schema ships with kubernetes-validate;
+    check the fields the chart sets."""
+    kind = obj["kind"]
+    spec = obj.get("spec", {})
+    label = f"{where}: {kind}/{obj['metadata']['name']}"
+    check(obj["apiVersion"] == "monitoring.coreos.com/v1", f"{label}: apiVersion")
+    if kind == "ServiceMonitor":
+        check(bool(spec.get("selector", {}).get("matchLabels")), f"{label}: selector")
+        for endpoint in spec.get("endpoints", []):
+            check(set(endpoint) <= {"port", "path", "interval"}, f"{label}: endpoint keys {set(endpoint)}")
+        check(bool(spec.get("endpoints")), f"{label}: endpoints")
+    elif kind == "PodMonitor":
+        check(bool(spec.get("selector", {}).get("matchLabels")), f"{label}: selector")
+        check(bool(spec.get("podMetricsEndpoints")), f"{label}: podMetricsEndpoints")
+    elif kind == "PrometheusRule":
+        for group in spec.get("groups", []):
+            check(set(group) <= {"name", "rules", "interval"}, f"{label}: group keys")
+            for rule in group["rules"]:
+                check(set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, f"{label}: rule keys")
+                check(bool(rule.get("alert")) and bool(rule.get("expr")), f"{label}: alert/expr")
+    else:
+        fail(f"{label}: unexpected kind")
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+
+
+def render(values: dict | None, label: str) -> list[dict]:
+    report = helm_python.lint(CHART, values, strict=True, namespace=NAMESPACE)
+    for message in report.get("messages", []):
+        if message.get("severity", 0) >= 2:
+            fail(f"{label}: helm lint: {message.get('path')}: {message.get('error')}")
+    for error in report.get("errors", []):
+        fail(f"{label}: helm lint: {error}")
+    chart = Chart.load(CHART)
+    try:
+        chart.validate_schema(values)
+    except helm_python.HelmError as err:
+        fail(f"{label}: values.schema.json rejects the values: {err}")
+    manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            check("kubectl" in text, f"{label}: NOTES.txt renders no instructions")
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc.setdefault("metadata", {})
+                objects.append(doc | {"__template__": path})
+    return objects
+
+
+def strip(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if k != "__template__"}
+
+
+def by_kind(objects, kind):
+    return [o for o in objects if o["kind"] == kind]
+
+
+def find(objects, kind, name):
+    for obj in objects:
+        if obj["kind"] == kind and obj["metadata"]["name"] == name:
+            return obj
+    return None
+
+
+def pod_spec(obj):
+    return obj["spec"]["template"]["spec"]
+
+
+# ---------------------------------------------------------------------------
+# Semantic checks
+
+
+def check_workloads(objects, values, label):
+    workloads = by_kind(objects, "Deployment") + by_kind(objects, "DaemonSet")
+    services = by_kind(objects, "Service")
+    for w in workloads:
+        name = f"{label}: {w['kind']}/{w['metadata']['name']}"
+        spec = pod_spec(w)
+        selector = w["spec"]["selector"]["matchLabels"]
+        pod_labels = w["spec"]["template"]["metadata"]["labels"]
+        check(
+            all(pod_labels.get(k) == v for k, v in selector.items()),
+            f"{name}: selector {selector} does not match pod labels",
+        )
+        check(
+            "app.kubernetes.io/component" in selector,
+            f"{name}: selector lacks the component label",
+        )
+        psc = spec.get("securityContext", {})
+        check(psc.get("runAsNonRoot") is True, f"{name}: pod not runAsNonRoot")
+        check(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{name}: seccomp")
+        sa = spec.get("serviceAccountName")
+        check(bool(sa), f"{name}: no serviceAccountName")
+        check(
+            find(objects, "ServiceAccount", sa) is not None,
+            f"{name}: ServiceAccount {sa} is not rendered",
+        )
+        for c in spec["containers"]:
+            cname = f"{name} container {c['name']}"
+            sc = c.get("securityContext", {})
+            check(sc.get("readOnlyRootFilesystem") is True, f"{cname}: root fs writable")
+            check(sc.get("allowPrivilegeEscalation") is False, f"{cname}: privilege escalation")
+            check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{cname}: capabilities not dropped")
+            check(not sc.get("privileged"), f"{cname}: privileged")
+            check(bool(c.get("resources", {}).get("requests")), f"{cname}: no resource requests")
+            check("livenessProbe" in c and "readinessProbe" in c, f"{cname}: probes missing")
+            ports = {p["name"] for p in c.get("ports", [])}
+            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                port = c.get(probe, {}).get("httpGet", {}).get("port")
+                if port is not None and isinstance(port, str):
+                    check(port in ports, f"{cname}: {probe} uses unknown port {port}")
+            image = c["image"]
+            check(":" in image.rsplit("/", 1)[-1], f"{cname}: image {image} has no tag")
+        # Services route to these pods' named ports.
+    for s in services:
+        name = f"{label}: Service/{s['metadata']['name']}"
+        sel = s["spec"]["selector"]
+        targets = [
+            w for w in workloads
+            if all(w["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in sel.items())
+        ]
+        if not check(len(targets) == 1, f"{name}: selects {len(targets)} workloads"):
+            continue
+        ports = {p["name"] for c in pod_spec(targets[0])["containers"] for p in c.get("ports", [])}
+        for p in s["spec"]["ports"]:
+            check(p["targetPort"] in ports, f"{name}: targetPort {p['targetPort']} not a container port")
+    for pdb in by_kind(objects, "PodDisruptionBudget"):
+        sel = pdb["spec"]["selector"]["matchLabels"]
+        matches = [
+            w for w in workloads
+            if all(w["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in sel.items())
+        ]
+        check(len(matches) == 1, f"{label}: PodDisruptionBudget/{pdb['metadata']['name']} selects {len(matches)} workloads")
+
+
+def env_of(container):
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def check_gateway(objects, values, label, expect):
+    gw = find(objects, "Deployment", expect["proxy"])
+    if not check(gw is not None, f"{label}: gateway Deployment {expect['proxy']} missing"):
+        return
+    c = pod_spec(gw)["containers"][0]
+    env = env_of(c)
+    check(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", f"{label}: POD_NAMESPACE")
+    check(c["image"] == expect["gateway_image"], f"{label}: gateway image {c['image']} != {expect['gateway_image']}")
+    check("--kubernetes" in c["args"], f"{label}: gateway not in Kubernetes mode")
+    check(("--embedded-operator" in c["args"]) == expect["embedded"], f"{label}: --embedded-operator")
+    if expect["all_namespaces"]:
+        check("--all-namespaces" in c["args"], f"{label}: --all-namespaces")
+    else:
+        check(f"--namespaces={expect['namespaces']}" in c["args"], f"{label}: --namespaces={expect['namespaces']} in {c['args']}")
+    if expect["embedded"]:
+        check(env["FLEXINFER_LEADER_ELECT"]["value"] == ("true" if expect["replicas"] > 1 else "false"), f"{label}: leader election")
+    check(c["livenessProbe"]["httpGet"]["path"] == "/healthz", f"{label}: gateway liveness path")
+    check(c["readinessProbe"]["httpGet"]["path"] == "/readyz", f"{label}: gateway readiness path")
+    check(gw["spec"]["replicas"] == expect["replicas"], f"{label}: gateway replicas")
+    svc = find(objects, "Service", expect["proxy"])
+    check(svc is not None and svc["spec"]["ports"][0]["port"] == expect["service_port"], f"{label}: gateway Service port")
+    # Shutdown fits in the grace period.
+    grace = pod_spec(gw)["terminationGracePeriodSeconds"]
+    total = seconds(env["PROXY_SHUTDOWN_DRAIN_DELAY"]["value"]) + seconds(env["PROXY_GRACEFUL_SHUTDOWN_TIMEOUT"]["value"])
+    check(total < grace, f"{label}: drain + graceful shutdown {total}s not below the grace period {grace}s")
+    if expect.get("auth"):
+        ref = env["PROXY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+        check(ref == expect["auth"], f"{label}: PROXY_AUTH_TOKEN from {ref}")
+    else:
+        check("PROXY_AUTH_TOKEN" not in env, f"{label}: auth token set while auth is off")
+
+
+def seconds(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for unit in ("ms", "s", "m", "h"):
+        if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
+            return float(text[: -len(unit)]) * units[unit]
+    raise ValueError(f"cannot read duration {text!r}")
+
+
+def check_operator(objects, label, expect):
+    dep = find(objects, "Deployment", expect["fullname"] + "-operator")
+    if not expect.get("operator"):
+        check(dep is None, f"{label}: standalone operator rendered while disabled")
+        return
+    if not check(dep is not None, f"{label}: operator Deployment missing"):
+        return
+    c = pod_spec(dep)["containers"][0]
+    env = env_of(c)
+    op = expect["operator"]
+    check(dep["spec"]["replicas"] == op["replicas"], f"{label}: operator replicas")
+    check(dep["spec"]["strategy"]["type"] == "Recreate", f"{label}: operator rollouts must not wait for a second leader")
+    check(env["LEADER_ELECT"]["value"] == ("true" if op["replicas"] > 1 else "false"), f"{label}: operator LEADER_ELECT")
+    check(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", f"{label}: Lease namespace")
+    check(env.get("WATCH_NAMESPACE", {}).get("value") == op["watch_namespace"], f"{label}: WATCH_NAMESPACE {env.get('WATCH_NAMESPACE')}")
+    check(f"--leader-election-id={op['lease']}" in c["args"], f"{label}: lease name in {c['args']}")
+    check(env["DEFAULT_FLASH_LOADER_IMAGE"]["value"] == op["flashload_image"], f"{label}: flash-loader image {env['DEFAULT_FLASH_LOADER_IMAGE']}")
+    if expect["scheduler_enabled"]:
+        check(env.get("FLEXINFER_SCHEDULER_NAME", {}).get("value") == expect["scheduler_name"], f"{label}: model pods not sent to the FlexInfer scheduler")
+    else:
+        check("FLEXINFER_SCHEDULER_NAME" not in env, f"{label}: scheduler name set while the scheduler is off")
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    check(env["HEALTH_PROBE_BIND_ADDRESS"]["value"].endswith(f":{ports['health']}"), f"{label}: health port")
+    check(env["METRICS_BIND_ADDRESS"]["value"].endswith(f":{ports['metrics']}"), f"{label}: metrics port")
+
+
+def check_agent(objects, label, expect):
+    ds = find(objects, "DaemonSet", expect["agent"])
+    if not check(ds is not None, f"{label}: agent DaemonSet missing"):
+        return
+    spec = pod_spec(ds)
+    env = env_of(spec["containers"][0])
+    check(env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName", f"{label}: NODE_NAME not from the downward API")
+    tolerated = {t.get("key") for t in spec.get("tolerations", [])}
+    check("nvidia.com/gpu" in tolerated, f"{label}: agent does not tolerate GPU nodes")
+
+
+def check_scheduler(objects, label, expect):
+    cm = find(objects, "ConfigMap", expect["scheduler"])
+    if not expect["scheduler_enabled"]:
+        check(cm is None and find(objects, "Deployment", expect["sched"]) is None, f"{label}: scheduler rendered while disabled")
+        return
+    if not check(cm is not None, f"{label}: scheduler ConfigMap missing"):
+        return
+    config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    check(config["kind"] == "KubeSchedulerConfiguration", f"{label}: scheduler config kind")
+    check(config["apiVersion"] == "kubescheduler.config.k8s.io/v1", f"{label}: scheduler config apiVersion")
+    check([p["schedulerName"] for p in config["profiles"]] == [expect["scheduler_name"]], f"{label}: profiles")
+    ext = config["extenders"][0]
+    svc = find(objects, "Service", expect["sched"])
+    port = svc["spec"]["ports"][0]["port"]
+    check(
+        ext["urlPrefix"] == f"http://{expect['sched']}.{NAMESPACE}.svc:{port}",
+        f"{label}: extender urlPrefix {ext['urlPrefix']}",
+    )
+    check(ext["filterVerb"] == "filter" and ext["prioritizeVerb"] == "prioritize", f"{label}: extender verbs")
+    with open(os.path.join(CHART, "files", "scheduler-config.yaml"), encoding="utf-8") as f:
+        shipped = yaml.safe_load(f)
+    check(set(ext) == set(shipped["extenders"][0]), f"{label}: extender fields differ from files/scheduler-config.yaml")
+    dep = find(objects, "Deployment", expect["scheduler"])
+    vols = {v["name"]: v for v in pod_spec(dep)["volumes"]}
+    check(vols["config"]["configMap"]["name"] == cm["metadata"]["name"], f"{label}: kube-scheduler mounts another ConfigMap")
+
+
+def check_monitoring(objects, label, expect):
+    rule = by_kind(objects, "PrometheusRule")
+    if not expect["monitoring"]:
+        check(not rule and not by_kind(objects, "ServiceMonitor"), f"{label}: monitoring objects rendered while disabled")
+        return
+    with open(os.path.join(CHART, "files", "prometheus-rules.yaml"), encoding="utf-8") as f:
+        rules_file = yaml.safe_load(f)
+    check(len(rule) == 1 and rule[0]["spec"] == rules_file, f"{label}: PrometheusRule differs from files/prometheus-rules.yaml")
+    alerts = {r["alert"] for g in rules_file["groups"] for r in g["rules"]}
+    for needed in ("FlexInferQueueSaturated", "FlexInferActivationFailures", "FlexInferBackendDown", "FlexInferKVCachePressure"):
+        check(needed in alerts, f"{label}: alert {needed} missing")
+    dash = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")]
+    if check(len(dash) == 1, f"{label}: dashboard ConfigMap missing"):
+        board = json.loads(next(iter(dash[0]["data"].values())))
+        check(len(board["panels"]) >= 8, f"{label}: dashboard has {len(board['panels'])} panels")
+    monitored = {m["metadata"]["name"] for m in by_kind(objects, "ServiceMonitor")}
+    check(expect["proxy"] in monitored, f"{label}: gateway ServiceMonitor missing")
+
+
+def rules_text(role):
+    return json.dumps(role.get("rules", []))
+
+
+def check_rbac(objects, label, expect):
+    prefix = expect["fullname"] + "-"
+    sas = {o["metadata"]["name"] for o in by_kind(objects, "ServiceAccount")}
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in by_kind(objects, "ClusterRole") + by_kind(objects, "Role")}
+    bindings = by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding")
+    check(sas == {prefix + c for c in expect["components"]}, f"{label}: ServiceAccounts {sorted(sas)}")
+    for sa in sas:
+        component = sa[len(prefix):]
+        bound = [b for b in bindings if any(s["name"] == sa for s in b["subjects"])]
+        check(bound, f"{label}: ServiceAccount {sa} is bound to nothing")
+        for b in bound:
+            ref = b["roleRef"]["name"]
+            allowed = {sa} | SYSTEM_ROLES.get(component, set())
+            check(ref in allowed, f"{label}: {sa} is bound to {ref}, not its own role")
+    for b in bindings:
+        name = f"{label}: {b['kind']}/{b['metadata']['name']}"
+        check(len(b["subjects"]) == 1, f"{name}: {len(b['subjects'])} subjects")
+        s = b["subjects"][0]
+        check(s["kind"] == "ServiceAccount" and s["namespace"] == NAMESPACE, f"{name}: subject {s}")
+        ref = b["roleRef"]["name"]
+        if ref.startswith(prefix):
+            check(s["name"] == ref, f"{name}: role {ref} bound to {s['name']}")
+            check((b["roleRef"]["kind"], ref) in roles, f"{name}: role {ref} not rendered")
+    for (kind, name), role in roles.items():
+        check(name.startswith(prefix) and name[len(prefix):] in expect["components"], f"{label}: {kind}/{name} belongs to no component")
+        for rule in role.get("rules", []):
+            for field in ("verbs", "resources", "apiGroups"):
+                check("*" not in rule.get(field, []), f"{label}: {kind}/{name} has a wildcard in {field}")
+            check("secrets" not in rule.get("resources", []), f"{label}: {kind}/{name} grants Secrets")
+            check(
+                not {"escalate", "bind", "impersonate"} & set(rule.get("verbs", [])),
+                f"{label}: {kind}/{name} grants escalate/bind/impersonate",
+            )
+    # Per-component shape: what each one must not be able to do.
+    agent = roles.get(("ClusterRole", prefix + "agent"))
+    if agent:
+        granted = {(r, v) for rule in agent["rules"] for r in rule["resources"] for v in rule["verbs"]}
+        check(granted <= {("nodes", "get"), ("nodes", "patch"), ("pods", "list")}, f"{label}: agent rules {sorted(granted)}")
+    sched = roles.get(("ClusterRole", prefix + "sched"))
+    if sched:
+        verbs = {v for rule in sched["rules"] for v in rule["verbs"]}
+        check(verbs <= {"list", "watch"}, f"{label}: extender verbs {verbs}")
+    gateway = roles.get(("ClusterRole", prefix + "gateway"))
+    if gateway and not expect["embedded"]:
+        verbs = {v for rule in gateway["rules"] for v in rule["verbs"]}
+        check(not verbs & {"create", "update", "delete"}, f"{label}: gateway without operator has {verbs}")
+    if gateway and expect["embedded"]:
+        check("leases" in rules_text(gateway), f"{label}: embedded operator cannot take its Lease")
+    operator = roles.get(("ClusterRole", prefix + "operator"))
+    if operator:
+        check("leases" in rules_text(operator), f"{label}: operator cannot take its Lease")
+    # Workloads run as their own component's ServiceAccount.
+    for w in by_kind(objects, "Deployment") + by_kind(objects, "DaemonSet"):
+        component = w["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
+        sa = pod_spec(w)["serviceAccountName"]
+        wanted = {"gateway": "gateway", "operator": "operator", "scheduler-extender": "sched",
+                  "agent": "agent", "kube-scheduler": "scheduler"}[component]
+        check(sa == prefix + wanted, f"{label}: {w['metadata']['name']} runs as {sa}")
+
+
+def check_models(objects, label, expect):
+    models = by_kind(objects, "Model")
+    check(sorted(m["metadata"]["name"] for m in models) == sorted(expect["models"]), f"{label}: Models {[m['metadata']['name'] for m in models]}")
+
+
+# ---------------------------------------------------------------------------
+
+
+def summarize(objects, label):
+    """Environment variables and flags of every FlexInfer container, for
+    the comparison with the binaries' command lines."""
+    out = []
+    for w in by_kind(objects, "Deployment") + by_kind(objects, "DaemonSet"):
+        for c in pod_spec(w)["containers"]:
+            image = c["image"].rsplit("/", 1)[-1].split(":")[0]
+            if not image.startswith("flexinfer-") and "gateway" not in c["image"]:
+                continue
+            binary = "flexinfer-gateway" if c["name"] == "gateway" else image
+            out.append({
+                "values": label,
+                "workload": w["metadata"]["name"],
+                "binary": binary,
+                # Values from the downward API or Secrets are null.
+                "env": {e["name"]: e.get("value") for e in c.get("env", [])},
+                "args": c.get("args", []),
+            })
+    return out
+
+
+def check_schema_rejects_mistakes(chart_values):
+    chart = Chart.load(CHART)
+    for bad, why in [
+        ({"gateway": {"replica": 2}}, "a misspelt key"),
+        ({"gateway": {"replicas": "two"}}, "a string replica count"),
+        ({"gateway": {"logFormat": "xml"}}, "an unknown log format"),
+        ({"gateway": {"activation": {"queueTimeout": "soon"}}}, "a malformed duration"),
+        ({"models": {"m": {"annotations": {}}}}, "a model without spec"),
+    ]:
+        values = merge(copy.deepcopy(chart_values), bad)
+        try:
+            chart.validate_schema(values)
+            fail(f"values.schema.json accepts {why}: {bad}")
+        except helm_python.HelmError:
+            pass
+
+
+def merge(base, override):
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def check_values_documented():
+    """Every value of values.yaml is described: a leaf has a comment right
+    above it or above one of its enclosing keys (resources.requests.cpu is
+    covered by the comment on resources)."""
+    with open(os.path.join(CHART, "values.yaml"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+
+    def indent(line):
+        return len(line) - len(line.lstrip())
+
+    def commented(index):
+        return index > 0 and lines[index - 1].strip().startswith("#")
+
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or ":" not in stripped:
+            continue
+        key = stripped.lstrip("- ").partition(":")[0]
+        j, level, documented = index, indent(line), commented(index)
+        while not documented and level > 0:
+            j -= 1
+            while j >= 0 and (not lines[j].strip() or lines[j].strip().startswith("#") or indent(lines[j]) >= level):
+                j -= 1
+            if j < 0:
+                break
+            level = indent(lines[j])
+            documented = commented(j)
+        check(documented, f"values.yaml line {index + 1}: {key} has no comment")
+
+
+def doc_examples():
+    """FlexInfer objects in the documentation's examples: ```yaml blocks and
+    shell heredocs (<<'EOF' ... EOF) of docs/*.md; sketches without a spec
+    are skipped."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+        blocks += [b.split("\nEOF", 1)[0] for b in text.split("<<'EOF'\n")[1:]]
+        for block in blocks:
+            try:
+                docs = list(yaml.safe_load_all(block))
+            except yaml.YAMLError:
+                continue
+            for doc in docs:
+                if (isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith("ai.flexinfer/")
+                        and "spec" in doc):
+                    found.append((os.path.relpath(path, ROOT), doc))
+    return found
+
+
+def check_validators_bite(schemas):
+    """The validators reject known-bad objects (so a pass means something)."""
+    global FAILURES
+    saved, FAILURES = FAILURES, []
+    bad_deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "replicas": 1,
+                 "template": {"metadata": {"labels": {"a": "b"}},
+                              "spec": {"containers": [{"name": "c", "image": "i", "bogusField": 1}]}}},
+    }
+    kube_valid(bad_deployment, "self-test")
+    unknown_field = len(FAILURES)
+    bad_model = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model", "metadata": {"name": "m"},
+                 "spec": {"backend": "vllm", "source": "hf://x/y", "notAField": True}}
+    validate_custom_resource(bad_model, "self-test", schemas)
+    model_unknown = len(FAILURES) - unknown_field
+    wrong_type = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model", "metadata": {"name": "m"},
+                  "spec": {"backend": "vllm", "source": "hf://x/y", "gpu": {"count": "two"}}}
+    validate_custom_resource(wrong_type, "self-test", schemas)
+    model_type = len(FAILURES) - unknown_field - model_unknown
+    FAILURES = saved
+    check(unknown_field >= 1, "self-test: kubernetes-validate accepted an unknown container field")
+    check(model_unknown >= 1, "self-test: the Model schema accepted an unknown spec field")
+    check(model_type >= 1, "self-test: the Model schema accepted a string GPU count")
+
+
+def cases(chart):
+    """(label, values, expectations) of every rendered values set."""
+    def values_file(name):
+        with open(os.path.join(HERE, name), encoding="utf-8") as f:
+            return yaml.safe_load(f)
+
+    app = chart.metadata["appVersion"]
+    return [
+        ("defaults", None, {
+            "fullname": "flexinfer", "proxy": "flexinfer-proxy", "agent": "flexinfer-agent",
+            "sched": "flexinfer-sched", "scheduler": "flexinfer-scheduler",
+            "gateway_image": f"ghcr.io/flexinfer/flexinfer-gateway:{app}",
+            "embedded": True, "replicas": 1, "all_namespaces": False, "namespaces": NAMESPACE,
+            "service_port": 80, "auth": None, "scheduler_enabled": False,
+            "scheduler_name": "flexinfer-scheduler", "monitoring": False,
+            "components": {"gateway", "agent"}, "models": [],
+        }),
+        ("values-all.yaml", values_file("values-all.yaml"), {
+            "fullname": "flexinfer-fi", "proxy": "flexinfer-fi-proxy", "agent": "flexinfer-fi-agent",
+            "sched": "flexinfer-fi-sched", "scheduler": "flexinfer-fi-scheduler",
+            "gateway_image": "registry.example.com/custom/gateway:1.2.4",
+            "embedded": False, "replicas": 3, "all_namespaces": False, "namespaces": "team-a,team-b",
+            "service_port": 443, "auth": {"name": "flexinfer-api-keys", "key": "keys"},
+            "scheduler_enabled": True, "scheduler_name": "gpu-aware", "monitoring": True,
+            "components": {"gateway", "operator", "sched", "agent", "scheduler"},
+            "models": ["qwen3-0-6b", "qwen3-8b-awq"],
+            "operator": {"replicas": 2, "watch_namespace": None, "lease": "flexinfer-controllers",
+                         "flashload_image": "registry.example.com/custom/flashload:1.2.5"},
+        }),
+        ("values-ha.yaml", values_file("values-ha.yaml"), {
+            "fullname": "flexinfer", "proxy": "flexinfer-proxy", "agent": "flexinfer-agent",
+            "sched": "flexinfer-sched", "scheduler": "flexinfer-scheduler",
+            "gateway_image": f"ghcr.io/flexinfer/flexinfer-gateway:{app}",
+            "embedded": True, "replicas": 3, "all_namespaces": True, "namespaces": "",
+            "service_port": 80, "auth": None, "scheduler_enabled": True,
+            "scheduler_name": "flexinfer-scheduler", "monitoring": False,
+            "components": {"gateway", "sched", "agent", "scheduler"}, "models": [],
+        }),
+    ]
+
+
+def rbac_only() -> int:
+    """The RBAC structure checks alone, for every values set."""
+    chart = Chart.load(CHART)
+    for label, values, expect in cases(chart):
+        check_rbac(render(values, label), label, expect)
+    if FAILURES:
+        print(f"{len(FAILURES)} RBAC check(s) failed:")
+        for message in FAILURES:
+            print(f"  - {message}")
+        return 1
+    print("RBAC OK: one ServiceAccount per component, each bound only to its own role")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--summary", help="write the container summary JSON here")
+    parser.add_argument("--only", choices=["all", "rbac"], default="all",
+                        help="rbac: render and run the RBAC checks only")
+    args = parser.parse_args()
+    if args.only == "rbac":
+        return rbac_only()
+
+    schemas = load_crd_schemas()
+    check_validators_bite(schemas)
+    for path in sorted(glob.glob(os.path.join(ROOT, "crds", "examples", "*.yaml"))):
+        with open(path, encoding="utf-8") as f:
+            for doc in yaml.safe_load_all(f):
+                if doc:
+                    validate_custom_resource(doc, os.path.relpath(path, ROOT), schemas)
+
+    examples = doc_examples()
+    check(len(examples) >= 1, "no FlexInfer object found in the docs' examples")
+    for where, doc in examples:
+        validate_custom_resource(doc, where, schemas)
+
+    chart = Chart.load(CHART)
+    check(chart.metadata["appVersion"] == chart.values["image"]["tag"] or chart.values["image"]["tag"] == "",
+          "image.tag must default to the chart appVersion")
+    check_schema_rejects_mistakes(chart.values)
+    check_values_documented()
+
+    summary = []
+    roles = []
+    counts = {}
+    for label, values, expect in cases(chart):
+        objects = render(values, label)
+        counts[label] = len(objects)
+        for obj in objects:
+            where = f"{label}: {obj['__template__']}"
+            api_version = obj.get("apiVersion", "")
+            if api_version.startswith("ai.flexinfer/"):
+                validate_custom_resource(strip(obj), where, schemas)
+            elif api_version.startswith("monitoring.coreos.com/"):
+                validate_monitoring(obj, where)
+            else:
+                kube_valid(strip(obj), where)
+            check(obj["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "flexinfer",
+                  f"{where}: {obj['kind']}/{obj['metadata'].get('name')} lacks the common labels")
+        names = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects]
+        check(len(names) == len(set(names)), f"{label}: duplicate objects")
+        check_workloads(objects, values, label)
+        check_gateway(objects, values, label, expect)
+        check_agent(objects, label, expect)
+        check_operator(objects, label, expect)
+        check_scheduler(objects, label, expect)
+        check_monitoring(objects, label, expect)
+        check_rbac(objects, label, expect)
+        check_models(objects, label, expect)
+        summary.extend(summarize(objects, label))
+        for role in by_kind(objects, "ClusterRole"):
+            roles.append({
+                "values": label,
+                "component": role["metadata"]["name"][len(expect["fullname"]) + 1:],
+                "embeddedOperator": expect["embedded"],
+                "rules": role["rules"],
+            })
+
+    if args.summary:
+        with open(args.summary, "w", encoding="utf-8") as f:
+            json.dump({"containers": summary, "roles": roles, "objects": counts}, f, indent=1)
+    if FAILURES:
+        print(f"{len(FAILURES)} chart check(s) failed:")
+        for message in FAILURES:
+            print(f"  - {message}")
+        return 1
+    print(f"chart OK: {counts} objects rendered and validated against Kubernetes {KUBE_VERSION}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+//! Cache objects of a model: the cache PVC, the prefetch Job that fills it,
+//! the quantization Job, and the tmpfs cleanup Job run on deletion.
+
+use std::collections::BTreeMap;
+
+use flexinfer_crds::labels;
+use flexinfer_crds::v1alpha2::{CacheStrategy, ModelSource};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Container, HostPathVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements, Volume,
+    VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::deployment::env_var;
+use super::{gpu_toleration, ModelPlan, CLEANUP_IMAGE, MODELS_MOUNT, PREFETCH_IMAGE};
+
+/// Marker file a finished prefetch leaves in the model directory.
+pub const CACHED_MARKER: &str = ".flexinfer_cached";
+/// Container name of quantization Jobs (its termination message carries
+/// the result).
+pub const QUANTIZER: &str = "quantizer";
+
+/// Name of the prefetch Job.
+pub fn prefetch_job_name(model: &str) -> String {
+    format!("{model}-cache-prefetch")
+}
+
+/// Name of the quantization Job.
+pub fn quantize_job_name(model: &str) -> String {
+    format!("{model}-quantize")
+}
+
+/// Name of the tmpfs cleanup Job.
+pub fn cleanup_job_name(model: &str) -> String {
+    format!("{model}-tmpfs-cleanup")
+}
+
+/// The cache PVC, when the model keeps its weights on one the operator
+/// creates (SharedPVC strategy without an existing `pvcName`).
+pub fn cache_pvc(plan: &ModelPlan<'_>) -> Option<PersistentVolumeClaim> {
+    let explicit = plan
+        .spec
+        .cache
+        .as_ref()
+        .and_then(|c| c.pvc_name.as_ref())
+        .is_some_and(|n| !n.is_empty());
+    if !plan.needs_volume()
+        || explicit
+        || plan.cache_strategy() != CacheStrategy::SharedPvc
+        || matches!(plan.source(), ModelSource::Pvc { .. })
+    {
+        return None;
+    }
+    let cache = plan.spec.cache.clone().unwrap_or_default();
+    Some(PersistentVolumeClaim {
+        metadata: plan.meta(plan.cache_pvc_name()),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            storage_class_name: Some(cache.storage_class),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity(cache.size),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+fn job_meta(plan: &ModelPlan<'_>, name: String, kind: &str) -> ObjectMeta {
+    let mut meta = plan.meta(name);
+    meta.annotations = Some(BTreeMap::from([
+        (labels::CACHE_SOURCE.to_owned(), plan.spec.source.clone()),
+        (labels::CACHE_KIND.to_owned(), kind.to_owned()),
+        (labels::CACHE_PVC.to_owned(), plan.cache_pvc_name()),
+        (labels::CACHE_DEST.to_owned(), plan.cache_dest()),
+    ]));
+    meta
+}
+
+fn cache_volume(plan: &ModelPlan<'_>) -> Volume {
+    Volume {
+        name: "model".to_owned(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: plan.cache_pvc_name(),
+            read_only: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn cache_mount() -> VolumeMount {
+    VolumeMount {
+        name: "model".to_owned(),
+        mount_path: MODELS_MOUNT.to_owned(),
+        ..Default::default()
+    }
+}
+
+/// The Job downloading a Hugging Face model into the cache PVC.
+pub fn prefetch_job(plan: &ModelPlan<'_>) -> Option<Job> {
+    let ModelSource::HuggingFace { repo } = plan.source() else {
+        return None;
+    };
+    if !plan.needs_prefetch() {
+        return None;
+    }
+    let dest = plan.cache_dest();
+    let script = format!(
+        "set -e\nif [ -f \"$DEST/{CACHED_MARKER}\" ]; then echo cached; exit 0; fi\n\
+         pip install --quiet huggingface_hub\n\
+         python -c \"import json,os; from huggingface_hub import snapshot_download; \
+         allow=json.loads(os.environ.get('HF_ALLOW_PATTERNS') or 'null'); \
+         snapshot_download(os.environ['HF_REPO'], local_dir=os.environ['DEST'], allow_patterns=allow, revision=os.environ.get('HF_REVISION') or None)\"\n\
+         touch \"$DEST/{CACHED_MARKER}\"\n"
+    );
+    let mut env = vec![
+        env_var("HF_REPO", &repo),
+        env_var("DEST", &dest),
+        env_var("HF_HUB_ENABLE_HF_TRANSFER", "0"),
+        env_var("HF_HOME", &format!("{MODELS_MOUNT}/.cache/huggingface")),
+    ];
+    let mut allow: Vec<String> = plan
+        .spec
+        .config_value("hfAllowPatterns")
+        .and_then(|v| v.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    for key in ["ggufFile", "mmproj"] {
+        if let Some(file) = plan.spec.config_str(key).filter(|f| !f.is_empty()) {
+            allow.push(file.to_owned());
+        }
+    }
+    if !allow.is_empty() {
+        env.push(env_var(
+            "HF_ALLOW_PATTERNS",
+            &serde_json::Value::from(allow).to_string(),
+        ));
+    }
+    if let Some(rev) = plan.spec.config_str("hfRevision").filter(|r| !r.is_empty()) {
+        env.push(env_var("HF_REVISION", rev));
+    }
+    Some(Job {
+        metadata: job_meta(
+            plan,
+            prefetch_job_name(&plan.name),
+            labels::CACHE_KIND_PREFETCH,
+        ),
+        spec: Some(JobSpec {
+            backoff_limit: Some(3),
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    restart_policy: Some("OnFailure".to_owned()),
+                    containers: vec![Container {
+                        name: "downloader".to_owned(),
+                        image: Some(PREFETCH_IMAGE.to_owned()),
+                        command: Some(vec!["sh".to_owned(), "-c".to_owned(), script]),
+                        env: Some(env),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(BTreeMap::from([
+                                ("cpu".to_owned(), Quantity("100m".to_owned())),
+                                ("memory".to_owned(), Quantity("1Gi".to_owned())),
+                            ])),
+                            limits: Some(BTreeMap::from([(
+                                "memory".to_owned(),
+                                Quantity("8Gi".to_owned()),
+                            )])),
+                            ..Default::default()
+                        }),
+                        volume_mounts: Some(vec![cache_mount()]),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![cache_volume(plan)]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// The Job quantizing the cached model (`spec.quantize`). With
+/// `quantize.useGPU` it requests one GPU of the model's vendor and
+/// tolerates `dedicated=gpu:NoSchedule`.
+pub fn quantize_job(plan: &ModelPlan<'_>) -> Option<Job> {
+    let q = plan.spec.quantize.as_ref()?;
+    if !plan.needs_volume() {
+        return None;
+    }
+    let format = serde_json::to_value(q.format)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let use_gpu = q.use_gpu.unwrap_or(false);
+    let mut env = vec![
+        env_var("SOURCE_DIR", &plan.cache_dest()),
+        env_var("OUTPUT_DIR", &plan.model_path()),
+        env_var("QUANT_FORMAT", &format),
+        env_var("QUANT_BITS", &q.bits.unwrap_or(4).to_string()),
+        env_var("QUANT_GROUP_SIZE", &q.group_size.unwrap_or(128).to_string()),
+        env_var("USE_GPU", if use_gpu { "true" } else { "false" }),
+    ];
+    if let Some(t) = q.gguf_type.as_ref().filter(|t| !t.is_empty()) {
+        env.push(env_var("GGUF_TYPE", t));
+    }
+    let mut limits = BTreeMap::new();
+    let mut tolerations = None;
+    if use_gpu {
+        if let Some(resource) = plan
+            .vendor
+            .resource_name()
+            .or(Some(flexinfer_crds::gpu::NVIDIA_GPU_RESOURCE))
+        {
+            limits.insert(resource.to_owned(), Quantity("1".to_owned()));
+        }
+        tolerations = Some(vec![gpu_toleration()]);
+    }
+    let max_gb = q.max_memory_gb.unwrap_or(
+        if q.format == flexinfer_crds::v1alpha2::QuantizationFormat::Gguf {
+            flexinfer_crds::defaults::QUANTIZE_MAX_MEMORY_GB_GGUF
+        } else {
+            flexinfer_crds::defaults::QUANTIZE_MAX_MEMORY_GB
+        },
+    );
+    limits.insert("memory".to_owned(), Quantity(format!("{max_gb}Gi")));
+    Some(Job {
+        metadata: job_meta(plan, quantize_job_name(&plan.name), "quantize"),
+        spec: Some(JobSpec {
+            backoff_limit: Some(1),
+            active_deadline_seconds: Some(
+                q.timeout_seconds
+                    .unwrap_or(flexinfer_crds::defaults::QUANTIZE_TIMEOUT_SECONDS),
+            ),
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_owned()),
+                    containers: vec![Container {
+                        name: QUANTIZER.to_owned(),
+                        image: Some(plan.settings.quantizer_image.clone()),
+                        env: Some(env),
+                        resources: Some(ResourceRequirements {
+                            limits: Some(limits),
+                            ..Default::default()
+                        }),
+                        volume_mounts: Some(vec![cache_mount()]),
+                        termination_message_path: Some("/dev/termination-log".to_owned()),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![cache_volume(plan)]),
+                    node_selector: (!q.node_selector.is_empty()).then(|| q.node_selector.clone()),
+                    tolerations,
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// The Job removing a shared model's tmpfs from its node after deletion;
+/// `None` unless the model is shared and pinned by a nodeSelector. It has
+/// no owner (the Model is going away) and deletes itself after 120 s.
+pub fn tmpfs_cleanup_job(plan: &ModelPlan<'_>) -> Option<Job> {
+    if !plan.spec.is_shared() || plan.spec.node_selector.is_empty() {
+        return None;
+    }
+    let mut meta = plan.meta(cleanup_job_name(&plan.name));
+    meta.owner_references = None;
+    Some(Job {
+        metadata: meta,
+        spec: Some(JobSpec {
+            backoff_limit: Some(1),
+            ttl_seconds_after_finished: Some(120),
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_owned()),
+                    node_selector: Some(plan.spec.node_selector.clone()),
+                    tolerations: Some(vec![gpu_toleration()]),
+                    containers: vec![Container {
+                        name: "cleanup".to_owned(),
+                        image: Some(CLEANUP_IMAGE.to_owned()),
+                        command: Some(vec![
+                            "rm".to_owned(),
+                            "-rf".to_owned(),
+                            plan.shared_tmpfs_path(),
+                        ]),
+                        volume_mounts: Some(vec![VolumeMount {
+                            name: "shm".to_owned(),
+                            mount_path: "/dev/shm/flexinfer".to_owned(),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![Volume {
+                        name: "shm".to_owned(),
+                        host_path: Some(HostPathVolumeSource {
+                            path: "/dev/shm/flexinfer".to_owned(),
+                            type_: Some("DirectoryOrCreate".to_owned()),
+                        }),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
+}

@@ -1,0 +1,291 @@
+//! Kubernetes controllers (kube-runtime) that reconcile FlexInfer custom
+//! resources into workloads.
+//!
+//! One module per controller: [`model`] (v1alpha2 Model), [`gpu_group`]
+//! (v1alpha1 GPUGroup), [`model_cache`] (v1alpha1 ModelCache),
+//! [`model_deployment`] (legacy v1alpha1 ModelDeployment, converted to the
+//! Model path) and [`lora`] (v1alpha2 LoRAAdapter). Owned objects are
+//! written with server-side apply, one field manager per controller, and
+//! only when they differ from what is there ([`apply`]).
+//!
+//! [`run`] is the library entry point: the `flexinfer-operator` binary
+//! calls it, and the gateway can embed the same controllers.
+
+pub mod apply;
+pub mod clock;
+pub mod conditions;
+pub mod events;
+pub mod gpu_group;
+pub mod leader;
+pub mod lora;
+pub mod metrics;
+pub mod model;
+pub mod model_cache;
+pub mod model_deployment;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
+use kube::Client;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use leader::LeaderElection;
+pub use metrics::Metrics;
+
+use crate::build::BuildSettings;
+
+/// Requeue interval of a settled object (spec: 30 s).
+pub const REQUEUE: Duration = Duration::from_secs(30);
+
+/// Errors of a reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// An object could not be (de)serialized.
+    #[error("serialization: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Adding or removing the finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+    /// An object is not what the controller expects.
+    #[error("invalid object: {0}")]
+    Invalid(String),
+}
+
+impl Error {
+    /// Short label for the failures metric.
+    pub fn reason(&self) -> String {
+        match self {
+            Error::Kube(kube::Error::Api(status)) => {
+                format!("api_{}", status.code)
+            }
+            Error::Kube(_) => "client".to_owned(),
+            Error::Json(_) => "serialization".to_owned(),
+            Error::Finalizer(_) => "finalizer".to_owned(),
+            Error::Invalid(_) => "invalid".to_owned(),
+        }
+    }
+}
+
+/// What the embedding process configures. `Default` gives the spec's
+/// defaults, no leader election, all namespaces and the system clock.
+#[derive(Clone)]
+pub struct ControllerSettings {
+    /// Builder knobs (scheduler name, helper images).
+    pub build: BuildSettings,
+    /// Namespace to watch; `None` watches all namespaces.
+    pub namespace: Option<String>,
+    /// Leader election through a `coordination.k8s.io` Lease; `None` runs
+    /// the controllers at once (a single replica, or embedded).
+    pub leader_election: Option<LeaderElection>,
+    /// Fail at start when the FlexInfer CRDs are not installed.
+    pub check_crds: bool,
+    /// Time source of every decision (tests inject a [`ManualClock`]).
+    pub clock: Arc<dyn Clock>,
+    /// Registry the controller metrics are registered in.
+    pub registry: prometheus::Registry,
+    /// Scrape backend `/metrics` of ready vLLM pods for KV-cache pressure.
+    pub kv_cache_scrape: bool,
+    /// Set to true once the controllers run (for `/readyz`).
+    pub ready: Arc<AtomicBool>,
+    /// Name of the event reporter (`reportingController`).
+    pub reporter: String,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        Self {
+            build: BuildSettings::default(),
+            namespace: None,
+            leader_election: None,
+            check_crds: true,
+            clock: Arc::new(SystemClock),
+            registry: prometheus::Registry::new(),
+            kv_cache_scrape: true,
+            ready: Arc::new(AtomicBool::new(false)),
+            reporter: "flexinfer-operator".to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ControllerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerSettings")
+            .field("build", &self.build)
+            .field("namespace", &self.namespace)
+            .field("leader_election", &self.leader_election)
+            .field("check_crds", &self.check_crds)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shared state of every reconcile.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Settings given to [`run`].
+    pub settings: ControllerSettings,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Event publisher.
+    pub events: events::EventPublisher,
+    /// HTTP client for backend pods (metrics, LoRA endpoints).
+    pub http: reqwest::Client,
+}
+
+impl Context {
+    /// A context for `client` with `settings`.
+    pub fn new(client: Client, settings: ControllerSettings) -> anyhow::Result<Arc<Context>> {
+        let metrics = Metrics::register(&settings.registry)?;
+        let events = events::EventPublisher::new(client.clone(), &settings.reporter);
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        Ok(Arc::new(Context {
+            client,
+            settings,
+            metrics,
+            events,
+            http,
+        }))
+    }
+
+    /// Current time from the injected clock.
+    pub fn now(&self) -> std::time::SystemTime {
+        self.settings.clock.now()
+    }
+
+    /// An API for a namespaced kind in `ns`.
+    pub fn api<K>(&self, ns: &str) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// An API for a namespaced kind over the watched scope.
+    pub fn watched_api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match &self.settings.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+}
+
+/// CRDs the controllers need.
+pub const REQUIRED_CRDS: [&str; 5] = [
+    "models.ai.flexinfer",
+    "gpugroups.ai.flexinfer",
+    "modelcaches.ai.flexinfer",
+    "modeldeployments.ai.flexinfer",
+    "loraadapters.ai.flexinfer",
+];
+
+/// Fails with a clear message when a FlexInfer CRD is missing.
+pub async fn check_crds(client: &Client) -> anyhow::Result<()> {
+    check_crds_named(client, &REQUIRED_CRDS).await
+}
+
+/// Fails with a clear message when one of the CRDs `names` is missing.
+pub async fn check_crds_named(client: &Client, names: &[&str]) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut missing = Vec::new();
+    for &name in names {
+        match api.get_opt(name).await {
+            Ok(Some(_)) => {}
+            Ok(None) => missing.push(name),
+            Err(e) => anyhow::bail!(
+                "cannot read CustomResourceDefinition {name}: {e} (does the operator's service account may get customresourcedefinitions?)"
+            ),
+        }
+    }
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "FlexInfer CRDs are not installed: {}. Install them first (`flexinfer-crdgen | kubectl apply -f -` or the Helm chart's crds/)",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Runs every FlexInfer controller until `shutdown` completes (graceful:
+/// reconciles in flight finish) or leadership is lost (an error).
+///
+/// With `settings.leader_election`, the controllers start only once this
+/// process holds the Lease, and stop when it can no longer renew it.
+/// `settings.check_crds` fails early, with a message saying which CRDs
+/// are missing.
+pub async fn run(
+    client: Client,
+    settings: ControllerSettings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let shutdown = shutdown.boxed().shared();
+    if settings.check_crds {
+        check_crds(&client).await?;
+    }
+    let ctx = Context::new(client.clone(), settings)?;
+    let lease = match ctx.settings.leader_election.clone() {
+        Some(le) => {
+            let held = tokio::select! {
+                held = le.acquire(client.clone(), ctx.settings.clock.clone()) => held?,
+                () = shutdown.clone() => return Ok(()),
+            };
+            Some(held)
+        }
+        None => None,
+    };
+    ctx.settings.ready.store(true, Ordering::SeqCst);
+    let controllers = futures::future::join5(
+        model::run(ctx.clone(), shutdown.clone()),
+        model_deployment::run(ctx.clone(), shutdown.clone()),
+        gpu_group::run(ctx.clone(), shutdown.clone()),
+        model_cache::run(ctx.clone(), shutdown.clone()),
+        lora::run(ctx.clone(), shutdown.clone()),
+    );
+    let result = match lease {
+        Some(held) => {
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let renew = held.keep_renewing(stop_rx);
+            tokio::pin!(renew);
+            tokio::pin!(controllers);
+            tokio::select! {
+                _ = &mut controllers => {
+                    // Release the lease so another replica takes over at once.
+                    let _ = stop_tx.send(());
+                    renew.await
+                }
+                lost = &mut renew => Err(lost.unwrap_err_or("leadership lost")),
+            }
+        }
+        None => {
+            controllers.await;
+            Ok(())
+        }
+    };
+    ctx.settings.ready.store(false, Ordering::SeqCst);
+    result
+}
+
+trait LostExt {
+    fn unwrap_err_or(self, msg: &str) -> anyhow::Error;
+}
+
+impl LostExt for anyhow::Result<()> {
+    fn unwrap_err_or(self, msg: &str) -> anyhow::Error {
+        match self {
+            Err(e) => e,
+            Ok(()) => anyhow::anyhow!("{msg}"),
+        }
+    }
+}

@@ -1,0 +1,909 @@
+//! The v1alpha2 `Model` reconciler.
+//!
+//! Flow (spec §2): fetch (NotFound → done) → finalizer (cleanup on
+//! deletion) → validate backend → shared-GPU leader choice → desired
+//! replicas (serverless idle timeout) → GPU detection → compatibility →
+//! Service → cache (PVC, prefetch, quantization; gating) → Deployment →
+//! status from the Deployment → KV-cache pressure, failed-pod pruning →
+//! requeue. Owned objects and the status are written with server-side
+//! apply under [`MANAGER`], and only when they change.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use flexinfer_crds::backend::{self, Backend};
+use flexinfer_crds::labels;
+use flexinfer_crds::v1alpha2::model::{condition, reason};
+use flexinfer_crds::v1alpha2::{
+    CacheStatus, KvCacheStatus, Model, ModelPhase, ModelStatus, SharedGroupState as MemberState,
+    SharedGroupStatus,
+};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{watcher, Controller};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::apply::apply_owned;
+use super::conditions::{from_time, sort_conditions, to_time, Conditions};
+use super::{Context, Error, REQUEUE};
+use crate::build::{self, cache as cache_build, service::endpoint, ModelPlan};
+use crate::placement::{self, Placement};
+use crate::policy::replicas::{desired_replicas, idle_at, ServerlessPolicy};
+use crate::policy::shared_gpu::{
+    choose_leader, Demand, SharedGroupPolicy, SharedGroupState, SharedMember,
+};
+
+/// Field manager of everything the Model controller writes.
+pub const MANAGER: &str = "flexinfer-model-controller";
+/// Requeue while a shared-group swap settles (spec `requeueFast`).
+pub const REQUEUE_FAST: Duration = Duration::from_secs(3);
+/// Failed pods older than this are deleted.
+pub const FAILED_POD_CUTOFF: Duration = Duration::from_secs(300);
+/// Condition type raised when the backend's KV cache is under pressure.
+pub const KV_CACHE_PRESSURE: &str = "KVCachePressure";
+
+/// Runs the Model controller until `shutdown` completes.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let models = ctx.watched_api::<Model>();
+    let controller = Controller::new(models.clone(), watcher::Config::default());
+    let store = controller.store();
+    controller
+        .owns(ctx.watched_api::<Deployment>(), watcher::Config::default())
+        .owns(ctx.watched_api::<Service>(), watcher::Config::default())
+        .owns(ctx.watched_api::<Job>(), watcher::Config::default())
+        // A change of one shared-group member re-decides its siblings.
+        .watches(models, watcher::Config::default(), move |m: Model| {
+            let group = m.spec.shared_group().map(str::to_owned);
+            let ns = m.namespace();
+            let name = m.name_any();
+            store
+                .state()
+                .into_iter()
+                .filter(|o| group.is_some() && o.spec.shared_group() == group.as_deref())
+                .filter(|o| o.namespace() == ns && o.name_any() != name)
+                .map(|o| ObjectRef::from_obj(&*o))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "model reconcile");
+            }
+        })
+        .await;
+}
+
+/// Backoff after a failed reconcile.
+pub fn error_policy(_model: Arc<Model>, err: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(error = %err, "model reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Reconciles one Model (the function `Controller::run` calls; tests call
+/// it directly).
+pub async fn reconcile(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = Instant::now();
+    let result = reconcile_inner(model, ctx.clone()).await;
+    ctx.metrics.observe("model", start, &result, Error::reason);
+    result
+}
+
+async fn reconcile_inner(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = model.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<Model> = ctx.api(&ns);
+    // Fetch: the cached copy may be stale; a vanished Model is done.
+    let Some(fresh) = api.get_opt(&model.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    let ctx2 = ctx.clone();
+    finalizer(
+        &api,
+        labels::MODEL_FINALIZER,
+        Arc::new(fresh),
+        |event| async move {
+            match event {
+                FinalizerEvent::Apply(m) => apply(m, ctx2).await,
+                FinalizerEvent::Cleanup(m) => cleanup(m, ctx2).await,
+            }
+        },
+    )
+    .await
+    .map_err(|e| Error::Finalizer(e.to_string()))
+}
+
+/// Deletes the Deployment and Service and, for shared models pinned to a
+/// node, starts the tmpfs cleanup Job.
+async fn cleanup(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = model.namespace().unwrap_or_else(|| "default".into());
+    let name = model.name_any();
+    let dp = DeleteParams::background();
+    let deployments: Api<Deployment> = ctx.api(&ns);
+    let services: Api<Service> = ctx.api(&ns);
+    ignore_not_found(deployments.delete(&name, &dp).await.map(|_| ()))?;
+    ignore_not_found(services.delete(&name, &dp).await.map(|_| ()))?;
+    if let Ok(backend) = backend::get(&model.spec.backend) {
+        let plan = ModelPlan::for_model(&model, backend, &ctx.settings.build);
+        if let Some(job) = cache_build::tmpfs_cleanup_job(&plan) {
+            let jobs: Api<Job> = ctx.api(&ns);
+            apply_owned(&jobs, MANAGER, &job).await?;
+        }
+    }
+    ctx.events
+        .normal(
+            &model.object_ref(&()),
+            "Deleted",
+            format!("Cleaned up workload of model {name}"),
+        )
+        .await;
+    Ok(Action::await_change())
+}
+
+fn ignore_not_found(r: Result<(), kube::Error>) -> Result<(), Error> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A model's role in its shared GPU group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedRole {
+    /// Whether it may run now.
+    pub active: bool,
+    /// Status to write.
+    pub status: SharedGroupStatus,
+    /// Whether it was just preempted (event).
+    pub newly_preempted: bool,
+    /// Requeue sooner while the swap settles.
+    pub requeue: Option<Duration>,
+}
+
+/// Decides a shared model's role from the group's members (pure).
+pub fn shared_role(model: &Model, members: &[Model], now: SystemTime) -> Option<SharedRole> {
+    let group = model.spec.shared_group()?.to_owned();
+    let me = model.name_any();
+    let mut siblings: Vec<&Model> = members
+        .iter()
+        .filter(|m| {
+            m.spec.shared_group() == Some(group.as_str()) && m.meta().deletion_timestamp.is_none()
+        })
+        .collect();
+    if !siblings.iter().any(|m| m.name_any() == me) {
+        siblings.push(model);
+    }
+    let policy = SharedGroupPolicy {
+        swap_cooldown: siblings
+            .iter()
+            .filter_map(|m| m.spec.gpu.as_ref().map(|g| g.swap_cooldown()))
+            .max()
+            .unwrap_or(flexinfer_crds::defaults::SHARED_SWAP_COOLDOWN),
+        ..Default::default()
+    };
+    let shared_of = |m: &Model| m.status.as_ref().and_then(|s| s.shared_group.clone());
+    let last_active = |m: &Model| {
+        m.status
+            .as_ref()
+            .and_then(|s| s.last_active_time.as_ref())
+            .map(from_time)
+    };
+    let members_in: Vec<SharedMember> = siblings
+        .iter()
+        .map(|m| SharedMember {
+            name: m.name_any(),
+            priority: m.spec.priority(),
+            failed: m.phase() == Some(ModelPhase::Failed),
+            last_active: last_active(m),
+            demand: last_active(m).map(|at| Demand { depth: 1, at }),
+        })
+        .collect();
+    let mut active: Vec<&Model> = siblings
+        .iter()
+        .copied()
+        .filter(|m| shared_of(m).and_then(|s| s.state) == Some(MemberState::Active))
+        .collect();
+    active.sort_by(|a, b| {
+        b.spec
+            .priority()
+            .cmp(&a.spec.priority())
+            .then(a.name_any().cmp(&b.name_any()))
+    });
+    let state = SharedGroupState {
+        leader: active.first().map(|m| m.name_any()),
+        last_swap: siblings
+            .iter()
+            .filter_map(|m| {
+                shared_of(m)
+                    .and_then(|s| s.preempted_at)
+                    .map(|t| from_time(&t))
+            })
+            .max(),
+    };
+    let decision = choose_leader(&members_in, &state, &policy, now);
+    let mine = shared_of(model).unwrap_or_default();
+    let leader = decision.leader.clone();
+    let mut status = SharedGroupStatus {
+        group_name: Some(group.clone()),
+        active_model: leader.clone(),
+        ..Default::default()
+    };
+    if leader.as_deref() == Some(me.as_str()) {
+        let other_active = state.leader.as_deref().is_some_and(|l| l != me);
+        if other_active {
+            // The previous leader has not stepped down yet.
+            status.state = Some(MemberState::Queued);
+            status.queue_position = Some(1);
+            status.preempted_by = mine.preempted_by.clone();
+            status.preempted_at = mine.preempted_at.clone();
+            return Some(SharedRole {
+                active: false,
+                status,
+                newly_preempted: false,
+                requeue: Some(REQUEUE_FAST),
+            });
+        }
+        status.state = Some(MemberState::Active);
+        status.queue_position = Some(0);
+        return Some(SharedRole {
+            active: true,
+            status,
+            newly_preempted: false,
+            requeue: None,
+        });
+    }
+    let was_active = mine.state == Some(MemberState::Active);
+    let mut others: Vec<&Model> = siblings
+        .iter()
+        .copied()
+        .filter(|m| Some(m.name_any()) != leader)
+        .collect();
+    others.sort_by(|a, b| {
+        b.spec
+            .priority()
+            .cmp(&a.spec.priority())
+            .then(a.name_any().cmp(&b.name_any()))
+    });
+    let position = others.iter().position(|m| m.name_any() == me).unwrap_or(0) as i32 + 1;
+    if was_active || mine.state == Some(MemberState::Preempted) {
+        status.state = Some(MemberState::Preempted);
+        status.preempted_by = if was_active {
+            leader.clone()
+        } else {
+            mine.preempted_by.clone()
+        };
+        status.preempted_at = if was_active {
+            Some(to_time(now))
+        } else {
+            mine.preempted_at.clone()
+        };
+    } else {
+        status.state = Some(MemberState::Queued);
+        status.preempted_by = leader.clone();
+    }
+    status.queue_position = Some(position);
+    Some(SharedRole {
+        active: false,
+        status,
+        newly_preempted: was_active,
+        requeue: was_active.then_some(REQUEUE_FAST),
+    })
+}
+
+/// The serverless policy of a model.
+pub fn serverless_policy(model: &Model) -> ServerlessPolicy {
+    let spec = &model.spec;
+    ServerlessPolicy {
+        enabled: spec.is_serverless(),
+        idle_timeout: spec.idle_timeout(),
+        min_replicas: u32::try_from(spec.min_replicas()).unwrap_or(0),
+        active_replicas: 1,
+    }
+}
+
+/// Readiness of a model's cache.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CacheOutcome {
+    /// Whether the backend may start.
+    pub ready: bool,
+    /// `Cached` condition reason.
+    pub reason: String,
+    /// `Cached` condition message.
+    pub message: String,
+    /// Status to report.
+    pub status: CacheStatus,
+}
+
+/// State of a cache Job.
+fn job_state(job: &Job) -> (&'static str, bool, bool) {
+    let st = job.status.clone().unwrap_or_default();
+    let backoff = job.spec.as_ref().and_then(|s| s.backoff_limit).unwrap_or(6);
+    let cond = |t: &str| {
+        st.conditions
+            .as_ref()
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == t && c.status == "True"))
+    };
+    if st.succeeded.unwrap_or(0) > 0 || cond("Complete") {
+        ("Succeeded", true, false)
+    } else if cond("Failed") || st.failed.unwrap_or(0) > backoff {
+        ("Failed", false, true)
+    } else if st.active.unwrap_or(0) > 0 {
+        ("Running", false, false)
+    } else {
+        ("Pending", false, false)
+    }
+}
+
+/// Applies a cache Job, recreating it when its source changed (Job pod
+/// templates are immutable).
+async fn ensure_job(jobs: &Api<Job>, manager: &str, job: &Job) -> Result<Job, Error> {
+    let name = job.name_any();
+    if let Some(existing) = jobs.get_opt(&name).await? {
+        let src = |j: &Job| j.annotations().get(labels::CACHE_SOURCE).cloned();
+        if src(&existing) != src(job) {
+            jobs.delete(&name, &DeleteParams::background()).await?;
+        }
+    }
+    Ok(apply_owned(jobs, manager, job).await?.object)
+}
+
+/// Ensures the cache PVC and Jobs and reports readiness.
+pub async fn ensure_cache(
+    ctx: &Context,
+    plan: &ModelPlan<'_>,
+    manager: &str,
+) -> Result<CacheOutcome, Error> {
+    let ns = &plan.namespace;
+    let mut out = CacheOutcome {
+        ready: true,
+        reason: "NoCacheJob".into(),
+        message: "no cache job required".into(),
+        status: CacheStatus {
+            strategy: Some(plan.cache_strategy()),
+            ..Default::default()
+        },
+    };
+    if let Some(pvc) = cache_build::cache_pvc(plan) {
+        let pvcs: Api<PersistentVolumeClaim> = ctx.api(ns);
+        let applied = apply_owned(&pvcs, manager, &pvc).await?;
+        out.status.pvc_name = Some(pvc.name_any());
+        let bound = applied
+            .object
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            == Some("Bound");
+        (out.reason, out.message) = if bound {
+            ("PVCBound".into(), "cache PVC is bound".into())
+        } else {
+            (
+                "PVCProvisioning".into(),
+                "cache PVC will bind on first use".into(),
+            )
+        };
+    }
+    let jobs: Api<Job> = ctx.api(ns);
+    if let Some(job) = cache_build::prefetch_job(plan) {
+        let job = ensure_job(&jobs, manager, &job).await?;
+        let (phase, done, failed) = job_state(&job);
+        out.status.job_name = Some(job.name_any());
+        out.status.job_phase = Some(phase.to_owned());
+        out.ready = done;
+        (out.reason, out.message) = match (done, failed, phase) {
+            (true, _, _) => ("PrefetchSucceeded".into(), "artifact prefetched".into()),
+            (_, true, _) => ("PrefetchFailed".into(), "prefetch job failed".into()),
+            (_, _, "Running") => ("PrefetchRunning".into(), "prefetch job running".into()),
+            _ => ("PrefetchPending".into(), "prefetch job pending".into()),
+        };
+    }
+    if out.ready {
+        if let Some(job) = cache_build::quantize_job(plan) {
+            let job = ensure_job(&jobs, manager, &job).await?;
+            let (phase, done, failed) = job_state(&job);
+            out.status.job_name = Some(job.name_any());
+            out.status.job_phase = Some(phase.to_owned());
+            out.ready = done;
+            (out.reason, out.message) = match (done, failed) {
+                (true, _) => (
+                    "PrefetchSucceeded".into(),
+                    "artifact prefetched and quantized".into(),
+                ),
+                (_, true) => (
+                    "QuantizationFailed".into(),
+                    "quantization job failed".into(),
+                ),
+                _ => (
+                    "QuantizationRunning".into(),
+                    format!(
+                        "quantization job started (format={})",
+                        serde_json::to_value(plan.spec.quantize.as_ref().map(|q| q.format))
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default()
+                    ),
+                ),
+            };
+        }
+    }
+    out.status.ready = out.ready;
+    out.status.message = Some(out.message.clone());
+    Ok(out)
+}
+
+/// What the workload looks like after applying it.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// The Deployment as stored.
+    pub deployment: Deployment,
+    /// Cache readiness.
+    pub cache: CacheOutcome,
+    /// Replicas asked for (0 while the cache is not ready).
+    pub replicas: i32,
+}
+
+/// Applies Service, cache objects and Deployment of a plan (shared by
+/// Model and ModelDeployment). Cache gating: replicas 0 until ready.
+pub async fn ensure_workload(
+    ctx: &Context,
+    plan: &mut ModelPlan<'_>,
+    manager: &str,
+) -> Result<Workload, Error> {
+    let ns = plan.namespace.clone();
+    let services: Api<Service> = ctx.api(&ns);
+    apply_owned(&services, manager, &build::service::service(plan)).await?;
+    let cache = ensure_cache(ctx, plan, manager).await?;
+    if !cache.ready {
+        plan.replicas = 0;
+    }
+    let deployments: Api<Deployment> = ctx.api(&ns);
+    let deployment = apply_owned(&deployments, manager, &build::deployment::deployment(plan))
+        .await?
+        .object;
+    Ok(Workload {
+        deployment,
+        cache,
+        replicas: plan.replicas,
+    })
+}
+
+/// Phase, `Ready` reason and message from the observed workload (pure).
+pub fn phase_of(workload: &Workload, preempted: bool) -> (ModelPhase, &'static str, &'static str) {
+    let st = workload.deployment.status.clone().unwrap_or_default();
+    if preempted {
+        return (
+            ModelPhase::Preempted,
+            reason::PREEMPTED,
+            "Model was preempted by higher priority model",
+        );
+    }
+    if !workload.cache.ready {
+        return (
+            ModelPhase::Pending,
+            reason::CACHE_NOT_READY,
+            "Waiting for cache to be ready",
+        );
+    }
+    if st.ready_replicas.unwrap_or(0) > 0 {
+        return (
+            ModelPhase::Ready,
+            reason::BACKEND_READY,
+            "Backend is ready to serve requests",
+        );
+    }
+    if workload.replicas == 0 {
+        return (
+            ModelPhase::Idle,
+            reason::WAITING_FOR_ACTIVATION,
+            "Model is idle, waiting for traffic",
+        );
+    }
+    if st.unavailable_replicas.unwrap_or(0) > 0 || st.replicas.unwrap_or(0) > 0 {
+        return (
+            ModelPhase::Loading,
+            reason::STARTING_BACKEND,
+            "Backend container is starting",
+        );
+    }
+    (
+        ModelPhase::Pending,
+        reason::STARTING_BACKEND,
+        "Waiting for deployment to be ready",
+    )
+}
+
+/// Writes `status` with server-side apply unless it equals the stored
+/// one (ignoring `lastActiveTime`, which only the gateway writes).
+pub async fn write_status(
+    api: &Api<Model>,
+    model: &Model,
+    status: &ModelStatus,
+) -> Result<bool, Error> {
+    let mut desired = status.clone();
+    desired.last_active_time = None;
+    let mut current = model.status.clone().unwrap_or_default();
+    current.last_active_time = None;
+    sort_conditions(&mut current.conditions);
+    if serde_json::to_value(&current)? == serde_json::to_value(&desired)? {
+        return Ok(false);
+    }
+    let patch = json!({
+        "apiVersion": "ai.flexinfer/v1alpha2",
+        "kind": "Model",
+        "metadata": {"name": model.name_any()},
+        "status": desired,
+    });
+    api.patch_status(
+        &model.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Status being assembled in one reconcile.
+struct Draft {
+    status: ModelStatus,
+    conds: Conditions,
+}
+
+impl Draft {
+    fn new(model: &Model, now: SystemTime) -> Draft {
+        let prev = model.status.clone().unwrap_or_default();
+        let conds = Conditions::new(&prev.conditions, now, model.meta().generation);
+        let status = ModelStatus {
+            observed_generation: model.meta().generation,
+            endpoint: prev.endpoint.clone(),
+            kv_cache: prev.kv_cache.clone(),
+            ..Default::default()
+        };
+        Draft { status, conds }
+    }
+
+    fn finish(mut self, phase: ModelPhase, message: Option<String>) -> ModelStatus {
+        self.status.phase = Some(phase);
+        self.status.message = message;
+        self.status.conditions = self.conds.into_vec();
+        self.status
+    }
+}
+
+/// Writes a Failed status and emits a Warning event when the failure is new.
+async fn fail(
+    ctx: &Context,
+    api: &Api<Model>,
+    model: &Model,
+    mut draft: Draft,
+    cond_type: &str,
+    why: &str,
+    message: String,
+) -> Result<Action, Error> {
+    draft.conds.set(cond_type, false, why, message.clone());
+    let status = draft.finish(ModelPhase::Failed, Some(message.clone()));
+    let prev = model.status.as_ref();
+    let is_new = prev.and_then(|s| s.phase) != Some(ModelPhase::Failed)
+        || prev.and_then(|s| s.message.clone()) != Some(message.clone());
+    write_status(api, model, &status).await?;
+    if is_new {
+        ctx.events
+            .warning(&model.object_ref(&()), why, message)
+            .await;
+    }
+    Ok(Action::requeue(REQUEUE))
+}
+
+async fn apply(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let now = ctx.now();
+    let ns = model.namespace().unwrap_or_else(|| "default".into());
+    let name = model.name_any();
+    let api: Api<Model> = ctx.api(&ns);
+    let mut draft = Draft::new(&model, now);
+
+    // Backend.
+    let backend: &'static Backend = match backend::get(&model.spec.backend) {
+        Ok(b) => b,
+        Err(e) => {
+            let msg = format!("unknown backend: {}", e.name);
+            return fail(
+                &ctx,
+                &api,
+                &model,
+                draft,
+                condition::CONFIG_VALID,
+                reason::VALIDATION_FAILED,
+                msg,
+            )
+            .await;
+        }
+    };
+    draft.conds.set(
+        condition::CONFIG_VALID,
+        true,
+        reason::CONFIG_VALID,
+        format!("backend {} is valid", backend.name),
+    );
+
+    // Shared GPU group.
+    let role = if model.spec.is_shared() {
+        let all = api.list(&ListParams::default()).await?;
+        shared_role(&model, &all.items, now)
+    } else {
+        None
+    };
+
+    // Desired replicas.
+    let policy = serverless_policy(&model);
+    let last_active = model
+        .status
+        .as_ref()
+        .and_then(|s| s.last_active_time.as_ref())
+        .map(from_time);
+    let loading = model.phase() == Some(ModelPhase::Loading);
+    let mut replicas = desired_replicas(&policy, last_active, loading, now) as i32;
+    if role.as_ref().is_some_and(|r| !r.active) {
+        replicas = 0;
+    }
+
+    // GPU detection and compatibility.
+    let placement = if model.spec.gpu_count() == 0 {
+        Placement::cpu()
+    } else {
+        let nodes: Api<Node> = Api::all(ctx.client.clone());
+        let nodes = nodes.list(&ListParams::default()).await?.items;
+        match placement::detect(&name, &model.spec, &nodes) {
+            Ok(p) => p,
+            Err(e) => {
+                return fail(
+                    &ctx,
+                    &api,
+                    &model,
+                    draft,
+                    condition::SCHEDULABLE,
+                    e.reason,
+                    e.message,
+                )
+                .await;
+            }
+        }
+    };
+    match placement::check_compatibility(backend, &model.spec, &placement) {
+        Ok(warnings) => {
+            for w in warnings {
+                if model.phase().is_none() {
+                    ctx.events
+                        .warning(&model.object_ref(&()), "ExperimentalGPUSupport", w)
+                        .await;
+                }
+            }
+        }
+        Err(e) => {
+            return fail(
+                &ctx,
+                &api,
+                &model,
+                draft,
+                condition::SCHEDULABLE,
+                e.reason,
+                e.message,
+            )
+            .await;
+        }
+    }
+    draft.conds.set(
+        condition::SCHEDULABLE,
+        true,
+        reason::SCHEDULABLE,
+        "Model can be scheduled on available nodes",
+    );
+
+    // Workload.
+    let mut plan = ModelPlan::for_model(&model, backend, &ctx.settings.build);
+    plan.vendor = placement.vendor;
+    plan.arch = placement.arch.clone();
+    plan.replicas = replicas;
+    plan.shared_active = role.as_ref().map(|r| r.active);
+    let workload = ensure_workload(&ctx, &mut plan, MANAGER).await?;
+
+    // Status.
+    let preempted = role
+        .as_ref()
+        .is_some_and(|r| r.status.state == Some(MemberState::Preempted));
+    let (phase, ready_reason, ready_message) = phase_of(&workload, preempted);
+    let c = &workload.cache;
+    draft.conds.set(
+        condition::CACHED,
+        c.ready,
+        if c.ready || c.reason.starts_with("Prefetch") || c.reason.starts_with("Quant") {
+            c.reason.as_str()
+        } else {
+            reason::CACHE_NOT_READY
+        },
+        c.message.clone(),
+    );
+    draft.conds.set(
+        condition::READY,
+        phase == ModelPhase::Ready,
+        ready_reason,
+        ready_message,
+    );
+    draft.conds.set(
+        condition::LOADED,
+        phase == ModelPhase::Ready,
+        ready_reason,
+        ready_message,
+    );
+    let dst = workload.deployment.status.clone().unwrap_or_default();
+    draft.status.replicas = Some(workload.replicas);
+    draft.status.ready_replicas = Some(dst.ready_replicas.unwrap_or(0));
+    draft.status.endpoint = Some(endpoint(&name, &ns, backend.port));
+    draft.status.cache = Some(c.status.clone());
+    draft.status.shared_group = role.as_ref().map(|r| r.status.clone());
+    if placement.vendor != flexinfer_crds::gpu::Vendor::Cpu {
+        draft.status.gpu = Some(flexinfer_crds::v1alpha2::GpuStatus {
+            vendor: Some(placement.vendor.as_str().to_owned()),
+            architecture: (!placement.arch.is_empty()).then(|| placement.arch.clone()),
+            memory_mb: placement.vram_mb,
+            ..Default::default()
+        });
+    }
+    if phase == ModelPhase::Ready && ctx.settings.kv_cache_scrape {
+        kv_cache_check(&ctx, &model, &ns, backend, now, &mut draft).await;
+    }
+    let status = draft.finish(phase, None);
+    let old_phase = model.phase();
+    write_status(&api, &model, &status).await?;
+    if old_phase != Some(phase) {
+        let obj = model.object_ref(&());
+        match (phase, &role) {
+            (ModelPhase::Preempted, Some(r)) if r.newly_preempted => {
+                let by = r.status.preempted_by.clone().unwrap_or_default();
+                ctx.events
+                    .normal(&obj, "Preempted", format!("Preempted by {by}"))
+                    .await
+            }
+            _ => {
+                let from = old_phase.map_or("None".to_owned(), |p| p.to_string());
+                ctx.events
+                    .normal(
+                        &obj,
+                        &format!("Phase{phase}"),
+                        format!("Phase changed from {from} to {phase}: {ready_message}"),
+                    )
+                    .await
+            }
+        }
+    }
+
+    prune_failed_pods(&ctx, &ns, &name, now).await?;
+
+    let mut next = REQUEUE;
+    if let Some(idle) = idle_at(&policy, last_active) {
+        if let Ok(wait) = idle.duration_since(now) {
+            if replicas > 0 && wait > Duration::ZERO {
+                next = next.min(wait + Duration::from_secs(1));
+            }
+        }
+    }
+    if let Some(r) = role.as_ref().and_then(|r| r.requeue) {
+        next = next.min(r);
+    }
+    Ok(Action::requeue(next))
+}
+
+/// Deletes the model's pods that failed more than five minutes ago.
+async fn prune_failed_pods(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    now: SystemTime,
+) -> Result<(), Error> {
+    let pods: Api<Pod> = ctx.api(ns);
+    let lp = ListParams::default()
+        .labels(&format!("{}={name}", labels::MODEL))
+        .fields("status.phase=Failed");
+    for pod in pods.list(&lp).await?.items {
+        let created = pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(from_time)
+            .unwrap_or(now);
+        if crate::policy::since(now, created) >= FAILED_POD_CUTOFF {
+            ignore_not_found(
+                pods.delete(&pod.name_any(), &DeleteParams::default())
+                    .await
+                    .map(|_| ()),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Parses the KV-cache usage ratio from a vLLM Prometheus exposition.
+pub fn parse_kv_usage(metrics: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("vllm:gpu_cache_usage_perc") || l.starts_with("vllm:kv_cache_usage_perc")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .reduce(f64::max)
+}
+
+/// Scrapes the ready pods' KV-cache usage; above the high watermark the
+/// model gets a `KVCachePressure` condition and a Warning event, below the
+/// low watermark the pressure clears. Values in between change nothing, so
+/// a steady model is not rewritten on every scrape.
+async fn kv_cache_check(
+    ctx: &Context,
+    model: &Model,
+    ns: &str,
+    backend: &Backend,
+    now: SystemTime,
+    draft: &mut Draft,
+) {
+    if !matches!(backend.name, "vllm" | "vllm-omni") {
+        return;
+    }
+    let pods: Api<Pod> = ctx.api(ns);
+    let lp = ListParams::default().labels(&format!("{}={}", labels::MODEL, model.name_any()));
+    let Ok(list) = pods.list(&lp).await else {
+        return;
+    };
+    let mut usage: Option<f64> = None;
+    for pod in list.items {
+        let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+            continue;
+        };
+        let port = super::lora::pod_port(&pod, backend.port);
+        let url = format!("http://{ip}:{port}/metrics");
+        if let Ok(resp) = ctx.http.get(&url).send().await {
+            if let Ok(body) = resp.text().await {
+                if let Some(u) = parse_kv_usage(&body) {
+                    usage = Some(usage.map_or(u, |m: f64| m.max(u)));
+                }
+            }
+        }
+    }
+    let Some(u) = usage else { return };
+    let spec = model.spec.kv_cache.clone().unwrap_or_default();
+    let (high, low) = (spec.high_watermark(), spec.low_watermark());
+    let was = draft.status.kv_cache.as_ref().is_some_and(|k| k.pressure);
+    if u >= high && !was {
+        draft.status.kv_cache = Some(KvCacheStatus {
+            utilization: Some(format!("{u:.4}")),
+            pressure: true,
+            last_pressure_time: Some(to_time(now)),
+            last_action: Some("Observed".into()),
+            ..Default::default()
+        });
+        let msg = format!("KV-cache utilization {u:.2} is at or above {high:.2}");
+        draft
+            .conds
+            .set(KV_CACHE_PRESSURE, true, "HighUtilization", msg.clone());
+        ctx.events
+            .warning(&model.object_ref(&()), "KVCachePressure", msg)
+            .await;
+    } else if u < low && was {
+        let mut kv = draft.status.kv_cache.clone().unwrap_or_default();
+        kv.pressure = false;
+        kv.utilization = Some(format!("{u:.4}"));
+        draft.status.kv_cache = Some(kv);
+        draft.conds.set(
+            KV_CACHE_PRESSURE,
+            false,
+            "Normal",
+            format!("KV-cache utilization {u:.2} is below {low:.2}"),
+        );
+    }
+}

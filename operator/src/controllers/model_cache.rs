@@ -1,0 +1,149 @@
+//! The v1alpha1 `ModelCache` controller: PVC and downloader Job lifecycle
+//! (SharedPVC strategy; `Auto` means SharedPVC) and the cache's status.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flexinfer_crds::v1alpha1::{ModelCache, ModelCachePhase, ModelCacheStatus, StorageStrategy};
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::{watcher, Controller};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::apply::apply_owned;
+use super::conditions::Conditions;
+use super::{Context, Error, REQUEUE};
+use crate::build::model_cache as builders;
+
+/// Field manager of the ModelCache controller.
+pub const MANAGER: &str = "flexinfer-modelcache-controller";
+
+/// Runs the ModelCache controller until `shutdown` completes.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    Controller::new(ctx.watched_api::<ModelCache>(), watcher::Config::default())
+        .owns(ctx.watched_api::<Job>(), watcher::Config::default())
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile,
+            |_, e: &Error, _| {
+                tracing::warn!(error = %e, "modelcache reconcile failed");
+                Action::requeue(Duration::from_secs(5))
+            },
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+/// Reconciles one ModelCache.
+pub async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = Instant::now();
+    let result = reconcile_inner(cache, ctx.clone()).await;
+    ctx.metrics
+        .observe("modelcache", start, &result, Error::reason);
+    result
+}
+
+async fn reconcile_inner(cache: Arc<ModelCache>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = cache.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<ModelCache> = ctx.api(&ns);
+    let Some(cache) = api.get_opt(&cache.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    let mut prev = cache.status.clone().unwrap_or_default();
+    super::conditions::sort_conditions(&mut prev.conditions);
+    let mut conds = Conditions::new(&prev.conditions, ctx.now(), cache.meta().generation);
+    let mut status = ModelCacheStatus {
+        last_access_time: prev.last_access_time.clone(),
+        ..prev.clone()
+    };
+    let obj = cache.object_ref(&());
+    let (phase, message) = match cache.spec.storage_strategy {
+        StorageStrategy::Auto | StorageStrategy::SharedPvc => {
+            if let Some(pvc) = builders::pvc(&cache) {
+                let pvcs: Api<PersistentVolumeClaim> = ctx.api(&ns);
+                apply_owned(&pvcs, MANAGER, &pvc).await?;
+            }
+            let jobs: Api<Job> = ctx.api(&ns);
+            let job = apply_owned(&jobs, MANAGER, &builders::download_job(&cache))
+                .await?
+                .object;
+            let st = job.status.clone().unwrap_or_default();
+            let backoff = job.spec.as_ref().and_then(|s| s.backoff_limit).unwrap_or(6);
+            if st.succeeded.unwrap_or(0) > 0 {
+                let path = format!(
+                    "{}:{}",
+                    builders::pvc_name(&cache),
+                    builders::model_path(&cache)
+                );
+                status.path = Some(path.clone());
+                (
+                    ModelCachePhase::Ready,
+                    format!("Model cached successfully at {path}"),
+                )
+            } else if st.failed.unwrap_or(0) > backoff {
+                (
+                    ModelCachePhase::Failed,
+                    "Model download job failed - check job logs for details".to_owned(),
+                )
+            } else {
+                (
+                    ModelCachePhase::Provisioning,
+                    "download job running".to_owned(),
+                )
+            }
+        }
+        other => {
+            let name = serde_json::to_value(other)?
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            (
+                ModelCachePhase::Failed,
+                format!("storage strategy {name:?} not implemented"),
+            )
+        }
+    };
+    conds.set(
+        "Ready",
+        phase == ModelCachePhase::Ready,
+        &format!("{phase:?}"),
+        message.clone(),
+    );
+    status.phase = Some(phase);
+    status.conditions = conds.into_vec();
+    if serde_json::to_value(&prev)? != serde_json::to_value(&status)? {
+        let mut desired = status.clone();
+        desired.last_access_time = None;
+        let patch = json!({
+            "apiVersion": "ai.flexinfer/v1alpha1",
+            "kind": "ModelCache",
+            "metadata": {"name": cache.name_any()},
+            "status": desired,
+        });
+        api.patch_status(
+            &cache.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        if prev.phase != Some(phase) {
+            match phase {
+                ModelCachePhase::Ready => ctx.events.normal(&obj, "CacheReady", message).await,
+                ModelCachePhase::Failed => ctx.events.warning(&obj, "CacheFailed", message).await,
+                _ => {}
+            }
+        }
+    }
+    Ok(match phase {
+        ModelCachePhase::Ready | ModelCachePhase::Failed => Action::requeue(REQUEUE * 10),
+        _ => Action::requeue(REQUEUE),
+    })
+}

@@ -1,0 +1,171 @@
+//! The controllers run end to end (`Controller::run` through
+//! `controllers::run`) against the in-memory API server.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use flexinfer_crds::v1alpha2::{Model, ModelPhase};
+use flexinfer_operator::controllers::{self, ControllerSettings, LeaderElection, ManualClock};
+use flexinfer_testkube::TestApiServer;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn settings() -> ControllerSettings {
+    ControllerSettings {
+        clock: Arc::new(ManualClock::new(t0())),
+        kv_cache_scrape: false,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn model_reaches_ready_through_the_running_controller() {
+    let server = TestApiServer::builder()
+        .bookmark_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let client = server.client();
+    let s = settings();
+    let ready = s.ready.clone();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controllers::run(client.clone(), s, async {
+        let _ = stop_rx.await;
+    }));
+
+    let models: Api<Model> = Api::default_namespaced(client.clone());
+    models
+        .create(&PostParams::default(), &cpu_model("e2e"))
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let services: Api<Service> = Api::default_namespaced(client.clone());
+    eventually("deployment and service", || async {
+        let d = deployments.get_opt("e2e").await.unwrap()?;
+        services.get_opt("e2e").await.unwrap()?;
+        Some(d)
+    })
+    .await;
+    assert!(ready.load(std::sync::atomic::Ordering::SeqCst));
+    let m = eventually("status pending or loading", || async {
+        let m = models.get("e2e").await.unwrap();
+        matches!(m.phase(), Some(ModelPhase::Pending | ModelPhase::Loading)).then_some(m)
+    })
+    .await;
+    assert_eq!(
+        m.status.as_ref().unwrap().endpoint.as_deref(),
+        Some("http://e2e.default.svc:8080")
+    );
+
+    deployments
+        .patch_status(
+            "e2e",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let m = eventually("status ready", || async {
+        let m = models.get("e2e").await.unwrap();
+        (m.phase() == Some(ModelPhase::Ready)).then_some(m)
+    })
+    .await;
+    let st = m.status.unwrap();
+    assert_eq!(st.ready_replicas, Some(1));
+    assert_eq!(st.observed_generation, m.metadata.generation);
+
+    // Graceful shutdown: run returns once the trigger fires.
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("controllers stop after shutdown")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn leader_election_takes_the_lease_before_running() {
+    let server = TestApiServer::start().await;
+    let client = server.client();
+    let mut s = settings();
+    let mut le = LeaderElection::new("default", "replica-a");
+    le.retry_period = Duration::from_millis(100);
+    s.leader_election = Some(le);
+    let ready = s.ready.clone();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controllers::run(client.clone(), s, async {
+        let _ = stop_rx.await;
+    }));
+    let leases: Api<Lease> = Api::default_namespaced(client.clone());
+    let lease = eventually("lease held", || async {
+        leases.get_opt("flexinfer-operator").await.unwrap()
+    })
+    .await;
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some("replica-a")
+    );
+    eventually("ready after the lease", || async {
+        ready
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then_some(())
+    })
+    .await;
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("stops")
+        .unwrap()
+        .unwrap();
+    // The lease is released on shutdown.
+    let lease = leases.get("flexinfer-operator").await.unwrap();
+    assert_eq!(lease.spec.unwrap().holder_identity, None);
+}
+
+#[tokio::test]
+async fn a_held_lease_keeps_a_second_replica_waiting() {
+    let server = TestApiServer::start().await;
+    let client = server.client();
+    let mut other = LeaderElection::new("default", "replica-a");
+    other.retry_period = Duration::from_millis(100);
+    let _held = other
+        .acquire(client.clone(), Arc::new(controllers::SystemClock))
+        .await
+        .unwrap();
+    let mut s = settings();
+    s.clock = Arc::new(controllers::SystemClock);
+    let mut le = LeaderElection::new("default", "replica-b");
+    le.retry_period = Duration::from_millis(100);
+    s.leader_election = Some(le);
+    let ready = s.ready.clone();
+    let task = tokio::spawn(controllers::run(client, s, std::future::pending::<()>()));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!ready.load(std::sync::atomic::Ordering::SeqCst));
+    task.abort();
+}
+
+#[tokio::test]
+async fn missing_crds_fail_with_a_clear_message() {
+    let server = TestApiServer::start().await;
+    controllers::check_crds(&server.client()).await.unwrap();
+    let err = controllers::check_crds_named(
+        &server.client(),
+        &["models.ai.flexinfer", "widgets.ai.flexinfer"],
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("FlexInfer CRDs are not installed: widgets.ai.flexinfer"),
+        "{err}"
+    );
+    assert!(!err.contains("models.ai.flexinfer"), "{err}");
+}
