@@ -11,6 +11,10 @@ command -v cmake >/dev/null 2>&1 || need_pkgs+=(cmake)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-venv)
 # Prometheus and promtool for the metrics lane (gateway/tests/prometheus.rs).
 command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
+# A real OCI registry on loopback and htpasswd for its auth instance
+# (flashload/tests/oci_registry.rs, operator/tests/model_catalog.rs).
+[ -x /usr/bin/docker-registry ] || need_pkgs+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -37,4 +41,17 @@ PY
 then
   echo "setup: installing the Helm chart test packages into .venv"
   .venv/bin/pip install --quiet --disable-pip-version-check "${helm_pkgs[@]}"
+fi
+
+# Artifacts pushed to the loopback registry with ORAS's Python client
+# (the OCI pull and ModelCatalog tests).
+oci_pkgs=('oras==0.2.25')
+if ! .venv/bin/python - "${oci_pkgs[@]}" >/dev/null 2>&1 <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(name) != want for name, want in (p.split("==") for p in sys.argv[1:])))
+PY
+then
+  echo "setup: installing the OCI test packages into .venv"
+  .venv/bin/pip install --quiet --disable-pip-version-check "${oci_pkgs[@]}"
 fi

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::builder::BoolishValueParser;
-use clap::{ArgAction, Parser, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::checksum::Algorithm;
 use crate::copy::Method;
@@ -36,6 +36,10 @@ pub enum LogFormat {
     long_about = LONG_ABOUT
 )]
 pub struct Cli {
+    /// Another mode than the preload (`pull` an OCI artifact).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Source directory (the model volume).
     #[arg(long, env = "FLASH_SRC", value_name = "DIR")]
     pub src: Option<PathBuf>,
@@ -129,7 +133,94 @@ ranges, with sizes always verified and chunk checksums on request. A .flashload-
 marker holding the manifest lets a restarted pod skip an identical, complete copy and redo a \
 partial one. Refuses before copying when the destination lacks room, removes a partial copy \
 on failure, and exits non-zero with a one-line reason.\n\n\
-Modes: copy (--src, --dst), --cleanup (--dst), --emit-manifest FILE (--src).";
+Modes: copy (--src, --dst), --cleanup (--dst), --emit-manifest FILE (--src), \
+pull oci://registry/repository:tag --dest DIR.";
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Pull a model artifact from an OCI registry into a directory.
+    Pull(PullArgs),
+}
+
+/// `pull`: every layer of an OCI artifact into `--dest`, named by its
+/// `org.opencontainers.image.title`, verified against its SHA-256 and
+/// resumed from a `.partial` file when one is there.
+#[derive(Debug, Args)]
+#[command(long_about = PULL_LONG_ABOUT)]
+pub struct PullArgs {
+    /// Artifact: oci://registry[:port]/repository[:tag] or …@sha256:<hex> (tag defaults to latest).
+    #[arg(value_name = "REFERENCE")]
+    pub reference: String,
+
+    /// Directory the files are written to; created when missing.
+    #[arg(long, env = "FLASH_OCI_DEST", value_name = "DIR")]
+    pub dest: PathBuf,
+
+    /// Name of the environment variable holding the registry username.
+    #[arg(
+        long,
+        value_name = "VAR",
+        requires = "password_env",
+        conflicts_with = "docker_config"
+    )]
+    pub username_env: Option<String>,
+
+    /// Name of the environment variable holding the password or token.
+    #[arg(long, value_name = "VAR", requires = "username_env")]
+    pub password_env: Option<String>,
+
+    /// Docker config with the registry's credentials (config.json, or a
+    /// mounted kubernetes.io/dockerconfigjson Secret's .dockerconfigjson).
+    #[arg(long, env = "FLASH_OCI_DOCKER_CONFIG", value_name = "FILE")]
+    pub docker_config: Option<PathBuf>,
+
+    /// Registry flavour for credential handling [default: from the host: ghcr.io, *.dkr.ecr.*.amazonaws.com, else generic].
+    #[arg(long, env = "FLASH_OCI_REGISTRY_KIND", value_enum)]
+    pub registry_kind: Option<RegistryKindArg>,
+
+    /// ECR API endpoint for GetAuthorizationToken [default: https://api.ecr.<region>.amazonaws.com/].
+    #[arg(long, env = "FLASH_ECR_ENDPOINT", value_name = "URL")]
+    pub ecr_endpoint: Option<String>,
+
+    /// ECR region when the registry host does not name it.
+    #[arg(long, env = "AWS_REGION", value_name = "REGION")]
+    pub ecr_region: Option<String>,
+
+    /// Use plain HTTP instead of HTTPS (the default for loopback registries only).
+    #[arg(long, env = "FLASH_OCI_PLAIN_HTTP", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub plain_http: bool,
+
+    /// Progress display: a bar on a terminal, log lines otherwise.
+    #[arg(long, env = "FLASH_PROGRESS", value_enum, default_value_t = ProgressMode::Auto)]
+    pub progress: ProgressMode,
+
+    /// Interval between progress log lines.
+    #[arg(long, env = "FLASH_LOG_INTERVAL", value_parser = humantime::parse_duration, default_value = "5s")]
+    pub log_interval: Duration,
+}
+
+/// `--registry-kind` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RegistryKindArg {
+    /// Any OCI distribution registry.
+    Generic,
+    /// Harbor (robot account name and secret).
+    Harbor,
+    /// GitHub Container Registry (any username and a personal access token).
+    Ghcr,
+    /// Amazon ECR (user AWS and a login password, or the raw base64 authorization token).
+    Ecr,
+}
+
+const PULL_LONG_ABOUT: &str = "Pull a model artifact (as `oras push` writes one: one layer per \
+file, named by its org.opencontainers.image.title annotation) from an OCI registry into --dest. \
+The tag is resolved to a manifest digest; every layer is streamed into <name>.partial, checked \
+against its descriptor's size and SHA-256 and renamed into place. A .partial file left by an \
+interrupted pull is resumed with a Range request. A second pull of the same digest does \
+nothing. Credentials come from two environment variables or a Docker config and are never \
+logged; for ECR without them, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and \
+AWS_SESSION_TOKEN) are exchanged for a registry token (GetAuthorizationToken). Exits non-zero with a one-line reason (digest mismatch, refused credentials, ...).";
 
 impl Cli {
     /// The validated options of a copy or `--emit-manifest` run.

@@ -13,6 +13,10 @@
 //! what to copy, [`space`] checks free space, [`copy`] moves bytes, [`verify`]
 //! checks the result, [`preload`] ties them together and [`cleanup`] removes
 //! preloads.
+//!
+//! [`oci`] is the other job of the binary: `flexinfer-flashload pull
+//! oci://…` fetches a model artifact from an OCI registry into the cache
+//! volume, verified and resumable.
 
 pub mod checksum;
 pub mod cleanup;
@@ -21,6 +25,8 @@ pub mod copy;
 pub mod lock;
 pub mod manifest;
 pub mod marker;
+pub mod oci;
+pub mod oci_pull;
 pub mod plan;
 pub mod pool;
 pub mod preload;

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use flexinfer_flashload::cleanup::{self, Removal};
-use flexinfer_flashload::cli::{Cli, LogFormat};
+use flexinfer_flashload::cli::{Cli, Command, LogFormat};
+use flexinfer_flashload::oci_pull;
 use flexinfer_flashload::preload;
 use flexinfer_flashload::signal;
 use flexinfer_flashload::space::Statvfs;
@@ -29,6 +30,9 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<String> {
+    if let Some(Command::Pull(args)) = &cli.command {
+        return oci_pull::run(args);
+    }
     if cli.cleanup {
         let Some(dst) = cli.dst.as_deref() else {
             anyhow::bail!("--cleanup needs --dst (FLASH_DST)");

@@ -28,7 +28,10 @@ MLC-LLM, diffusers, ComfyUI). It finds the model in each request (X-Model-ID hea
 rate limits, resolves aliases and LoRA adapters, picks a pod with the model's routing strategy \
 (default, session-affinity, prefix, least-loaded) and streams the response back. Models come \
 from a YAML file that is reloaded when it changes or on SIGHUP, or, with --kubernetes, from the \
-cluster's Model, ModelDeployment, LoRAAdapter and EndpointSlice objects.\n\n\
+cluster's Model, ModelDeployment, LoRAAdapter and EndpointSlice objects. With --global, it is \
+instead the global gateway in front of several clusters' gateways: each request goes to the \
+nearest healthy cluster where the model is warm and fails over to the next cluster \
+(docs/global-gateway.md).\n\n\
 Side routes: /healthz, /readyz and /metrics need no API key; /v1/models lists the models."
 )]
 pub struct Cli {
@@ -40,6 +43,31 @@ pub struct Cli {
     /// instead of the model file.
     #[arg(long, env = "FLEXINFER_KUBERNETES", value_parser = BoolishValueParser::new())]
     pub kubernetes: bool,
+
+    /// Global mode: a GlobalProxy manifest (or its `spec`) listing the member
+    /// clusters' gateways to route to, instead of serving models; re-read
+    /// when it changes.
+    #[arg(long, env = "FLEXINFER_GLOBAL")]
+    pub global: Option<PathBuf>,
+
+    /// Global mode with the GlobalProxy object `NAMESPACE/NAME` of the
+    /// Kubernetes cluster (watched; --kubeconfig applies) instead of a file.
+    #[arg(long, env = "FLEXINFER_GLOBAL_OBJECT")]
+    pub global_object: Option<String>,
+
+    /// Global mode: time between health probes (`GET /v1/models`) of each
+    /// member gateway.
+    #[arg(long, env = "FLEXINFER_GLOBAL_PROBE_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub global_probe_interval: Duration,
+
+    /// Global mode: longest a probe may take before it counts as failed.
+    #[arg(long, env = "FLEXINFER_GLOBAL_PROBE_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub global_probe_timeout: Duration,
+
+    /// Global mode: API key of the member gateways, sent with probes and
+    /// instead of the client's key with requests.
+    #[arg(long, env = "FLEXINFER_GLOBAL_MEMBER_TOKEN", hide_env_values = true)]
+    pub global_member_token: Option<String>,
 
     /// Kubeconfig file for Kubernetes mode (default: in-cluster config, then ~/.kube/config).
     #[arg(long, env = "KUBECONFIG")]
@@ -247,16 +275,42 @@ impl Cli {
                     .to_string(),
             );
         }
-        match (self.kubernetes, &self.config) {
-            (false, None) => problems.push(
-                "--config (FLEXINFER_CONFIG) is required unless --kubernetes (FLEXINFER_KUBERNETES) is set"
+        match (self.kubernetes, &self.config, self.global_mode()) {
+            (false, None, false) => problems.push(
+                "--config (FLEXINFER_CONFIG) is required unless --kubernetes (FLEXINFER_KUBERNETES) \
+                 or --global (FLEXINFER_GLOBAL) is set"
                     .to_string(),
             ),
-            (true, Some(_)) => problems.push(
+            (true, Some(_), _) => problems.push(
                 "--config and --kubernetes exclude each other: models come from the file or from the cluster"
                     .to_string(),
             ),
+            (true, _, true) | (_, Some(_), true) => problems.push(
+                "--global excludes --config and --kubernetes: a global gateway routes to member \
+                 clusters' gateways, which serve the models"
+                    .to_string(),
+            ),
             _ => {}
+        }
+        if self.global.is_some() && self.global_object.is_some() {
+            problems.push(
+                "--global and --global-object exclude each other: the GlobalProxy comes from a file \
+                 or from the cluster"
+                    .to_string(),
+            );
+        }
+        if let Some(reference) = &self.global_object {
+            if let Err(e) = crate::global::GlobalObject::parse(reference, None) {
+                problems.push(e);
+            }
+        }
+        if self.global_mode() {
+            if self.global_probe_interval.is_zero() {
+                problems.push("FLEXINFER_GLOBAL_PROBE_INTERVAL must be > 0".to_string());
+            }
+            if self.global_probe_timeout.is_zero() {
+                problems.push("FLEXINFER_GLOBAL_PROBE_TIMEOUT must be > 0".to_string());
+            }
         }
         if self.all_namespaces && !self.namespaces.is_empty() {
             problems.push("--namespaces and --all-namespaces exclude each other".to_string());
@@ -276,6 +330,11 @@ impl Cli {
         } else {
             Err(problems.join("; "))
         }
+    }
+
+    /// Whether the gateway runs in global mode (`--global` or `--global-object`).
+    pub fn global_mode(&self) -> bool {
+        self.global.is_some() || self.global_object.is_some()
     }
 
     /// Upstream attempts clamped to 1..=3, as the spec does.
@@ -341,5 +400,36 @@ mod tests {
         assert_eq!(cli.leader_election_lease, "flexinfer-operator");
         let cli = Cli::parse_from(["x", "-c", "m.yaml", "--embedded-operator"]);
         assert!(cli.validate().unwrap_err().contains("--embedded-operator"));
+    }
+
+    #[test]
+    fn global_mode_flags() {
+        let cli = Cli::parse_from(["x", "--global", "g.yaml"]);
+        assert!(cli.validate().is_ok());
+        assert_eq!(cli.global_probe_interval, Duration::from_secs(2));
+        assert_eq!(cli.global_probe_timeout, Duration::from_secs(1));
+        for flags in [
+            ["x", "--global", "g.yaml", "--config", "m.yaml"].as_slice(),
+            ["x", "--global", "g.yaml", "--kubernetes"].as_slice(),
+        ] {
+            let e = Cli::parse_from(flags).validate().unwrap_err();
+            assert!(e.contains("--global excludes"), "{e}");
+        }
+        let e = Cli::parse_from(["x", "--global", "g", "--global-probe-interval", "0s"])
+            .validate()
+            .unwrap_err();
+        assert!(e.contains("FLEXINFER_GLOBAL_PROBE_INTERVAL"), "{e}");
+        let e = Cli::parse_from(["x"]).validate().unwrap_err();
+        assert!(e.contains("--global (FLEXINFER_GLOBAL)"), "{e}");
+        let cli = Cli::parse_from(["x", "--global-object", "edge/global"]);
+        assert!(cli.global_mode() && cli.validate().is_ok());
+        let e = Cli::parse_from(["x", "--global-object", "global"])
+            .validate()
+            .unwrap_err();
+        assert!(e.contains("NAMESPACE/NAME"), "{e}");
+        let e = Cli::parse_from(["x", "--global", "g", "--global-object", "a/b"])
+            .validate()
+            .unwrap_err();
+        assert!(e.contains("exclude each other"), "{e}");
     }
 }

@@ -3,7 +3,8 @@
 //! The request path is a Pingora `ProxyHttp` implementation
 //! ([`proxy::Gateway`]) that stays thin and delegates each concern to one
 //! module: model extraction, auth, rate limiting, resolution, routing, body
-//! rewriting and metrics.
+//! rewriting and metrics. In global mode ([`global`]) the same request path
+//! routes to the gateways of member clusters.
 
 pub mod activation;
 pub mod auth;
@@ -11,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod errors;
 pub mod extract;
+pub mod global;
 pub mod kube;
 pub mod local;
 pub mod metrics;

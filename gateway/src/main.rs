@@ -8,9 +8,11 @@ fn main() {
     init_logging(&cli);
     match flexinfer_gateway::server::build(&cli) {
         Ok(server) => {
-            let source = match &cli.config {
-                Some(path) => path.display().to_string(),
-                None => "kubernetes".to_string(),
+            let source = match (&cli.config, &cli.global, &cli.global_object) {
+                (Some(path), _, _) => path.display().to_string(),
+                (None, Some(path), _) => format!("global: {}", path.display()),
+                (None, None, Some(object)) => format!("global: GlobalProxy {object}"),
+                (None, None, None) => "kubernetes".to_string(),
             };
             tracing::info!(listen = %cli.listen, models = %source, "flexinfer-gateway starting");
             server.run();

@@ -43,6 +43,14 @@ pub struct Metrics {
     pub queue_wait: HistogramVec,
     /// Requests refused while waiting for a model, by model and error code.
     pub queue_rejected: IntCounterVec,
+    /// Global mode: whether each member cluster's gateway counts as healthy.
+    pub global_cluster_up: IntGaugeVec,
+    /// Global mode: models each member cluster lists, by warmth.
+    pub global_cluster_models: IntGaugeVec,
+    /// Global mode: health probes of member gateways, by cluster and result.
+    pub global_probes: IntCounterVec,
+    /// Global mode: round trip of successful health probes, by cluster.
+    pub global_probe_duration: HistogramVec,
 }
 
 impl Metrics {
@@ -122,7 +130,7 @@ impl Metrics {
             ),
             retries: counter(
                 "flexinfer_proxy_upstream_retries_total",
-                "Upstream connection attempts retried on another endpoint.",
+                "Upstream attempts retried on another endpoint (in global mode also after a 5xx answer or a broken connection).",
                 &["model", "reason"],
             ),
             routing: counter(
@@ -144,6 +152,26 @@ impl Metrics {
                 "flexinfer_proxy_queue_rejected_total",
                 "Requests refused while waiting for their model (queue_full, activation_timeout, activation_failed).",
                 &["model", "reason"],
+            ),
+            global_cluster_up: gauge(
+                "flexinfer_proxy_global_cluster_up",
+                "Global mode: whether the member cluster's gateway counts as healthy (1) or not (0).",
+                &["cluster"],
+            ),
+            global_cluster_models: gauge(
+                "flexinfer_proxy_global_cluster_models",
+                "Global mode: models the member cluster lists, by warmth (ready, warming, cold).",
+                &["cluster", "warmth"],
+            ),
+            global_probes: counter(
+                "flexinfer_proxy_global_probes_total",
+                "Global mode: health probes of member gateways, by result (success, failure).",
+                &["cluster", "result"],
+            ),
+            global_probe_duration: histogram(
+                "flexinfer_proxy_global_probe_duration_seconds",
+                "Global mode: round trip of successful health probes of member gateways.",
+                &["cluster"],
             ),
             registry,
         }

@@ -32,10 +32,12 @@ use crate::metrics::{route_label, Metrics};
 use crate::ratelimit::RouteLimiter;
 use crate::registry::{ModelRegistry, Resolved};
 use crate::rewrite;
-use crate::routing::{self, InFlight, KeyLimits, KeySource, RoutingInputs, Strategy};
+use crate::routing::{self, InFlight, KeyLimits, KeySource, RoutingInputs, Strategy, Upstream};
 
 /// Request id header, echoed to the client and passed upstream.
 const REQUEST_ID: &str = "x-request-id";
+/// Global mode: the member cluster that answered, on every proxied response.
+pub const CLUSTER_HEADER: &str = "x-flexinfer-cluster";
 /// Internal header never forwarded upstream.
 const WORKLOAD_CLASS: &str = "x-flexinfer-internal-workload-class";
 
@@ -54,6 +56,15 @@ pub struct ProxySettings {
     pub routing_enabled: bool,
     /// Bounds of routing-key derivation.
     pub key_limits: KeyLimits,
+    /// The upstreams are member clusters' gateways (global mode): a 5xx
+    /// answer or a failure before any byte reached the client is retried on
+    /// the next cluster, for any method; the request path is forwarded as
+    /// the client sent it, and an empty endpoint set means that no cluster
+    /// is available.
+    pub cluster_failover: bool,
+    /// `Authorization` value sent upstream instead of the client's (global
+    /// mode: the member gateways' API key).
+    pub upstream_authorization: Option<http::HeaderValue>,
 }
 
 impl Default for ProxySettings {
@@ -65,14 +76,26 @@ impl Default for ProxySettings {
             max_attempts: 2,
             routing_enabled: true,
             key_limits: KeyLimits::DEFAULT,
+            cluster_failover: false,
+            upstream_authorization: None,
         }
     }
+}
+
+/// Told when a connection to an endpoint failed on the request path, so
+/// that its health can be checked again at once (global mode: a member
+/// gateway that stopped answering is taken out before its next probe).
+/// Called on failures only, never for a successful request.
+pub trait EndpointFailures: Send + Sync {
+    /// A connection to `endpoint` was refused, timed out or broke.
+    fn connection_failed(&self, endpoint: &Upstream);
 }
 
 /// Shared state of the gateway's request path.
 pub struct Gateway {
     registry: Arc<dyn ModelRegistry>,
     activation: Option<Arc<ActivationQueues>>,
+    failures: Option<Arc<dyn EndpointFailures>>,
     auth: Option<Auth>,
     global_limiter: Option<RouteLimiter>,
     metrics: Metrics,
@@ -92,8 +115,30 @@ pub struct ForwardPlan {
     forward_path: Option<String>,
     body: Option<Bytes>,
     request_id: Arc<str>,
+    /// Global mode, buffered requests: endpoints (bit per index) tried by
+    /// every subrequest of this request, so that a failover subrequest
+    /// skips them.
+    tried_mask: Option<Arc<AtomicU64>>,
     /// Keeps a managed model from an idle stop while this request runs.
     _active: Option<ActiveRequest>,
+}
+
+impl ForwardPlan {
+    /// The same plan for another subrequest of a global-mode request (which
+    /// never holds an [`ActiveRequest`]: members do their own activation).
+    fn again(&self) -> ForwardPlan {
+        ForwardPlan {
+            resolved: self.resolved.clone(),
+            strategy: self.strategy,
+            routing_key: self.routing_key.clone(),
+            key_source: self.key_source,
+            forward_path: self.forward_path.clone(),
+            body: self.body.clone(),
+            request_id: self.request_id.clone(),
+            tried_mask: self.tried_mask.clone(),
+            _active: None,
+        }
+    }
 }
 
 /// An endpoint slot held while a request is in flight there.
@@ -139,6 +184,7 @@ impl Gateway {
         Self {
             registry,
             activation: None,
+            failures: None,
             auth,
             global_limiter,
             metrics,
@@ -155,12 +201,47 @@ impl Gateway {
         self
     }
 
+    /// Reports failed connections to `failures`.
+    pub fn with_endpoint_failures(mut self, failures: Arc<dyn EndpointFailures>) -> Self {
+        self.failures = Some(failures);
+        self
+    }
+
+    /// Reports the endpoint of the current attempt as failed, if anyone listens.
+    fn report_failure(&self, ctx: &RequestCtx) {
+        if let (Some(failures), Some(plan), Some(&idx)) =
+            (&self.failures, &ctx.plan, ctx.tried.last())
+        {
+            let endpoints = &plan.resolved.route.endpoints;
+            if idx < endpoints.len() {
+                failures.connection_failed(endpoints.upstream(idx));
+            }
+        }
+    }
+
     /// A new `X-Request-ID`: a version-4-shaped UUID (random per process,
     /// then a counter), the form model servers that validate the header
     /// (e.g. llama-cpp-python's server) accept.
     fn next_request_id(&self) -> Arc<str> {
         let n = self.request_counter.fetch_add(1, Ordering::Relaxed);
         Arc::from(request_uuid(self.request_id_seed, n))
+    }
+
+    /// Whether another endpoint may still be tried for this request.
+    fn attempts_left(&self, ctx: &RequestCtx) -> bool {
+        ctx.plan.as_ref().is_some_and(|plan| {
+            let endpoints = plan.resolved.route.endpoints.len();
+            ctx.tried.len() < self.settings.max_attempts.min(endpoints)
+        })
+    }
+
+    fn count_retry(&self, ctx: &RequestCtx, reason: &str) {
+        if let Some(plan) = &ctx.plan {
+            self.metrics
+                .retries
+                .with_label_values(&[&plan.resolved.route.name, reason])
+                .inc();
+        }
     }
 
     fn model_label(ctx: &RequestCtx) -> &str {
@@ -231,9 +312,12 @@ impl Gateway {
             .into_iter()
             .map(|m| {
                 let model = m.parent.as_deref().unwrap_or(&m.root);
-                let phase = lifecycle
-                    .and_then(|l| l.phase(model))
-                    .unwrap_or_else(|| "Ready".to_string());
+                let phase = match m.phase {
+                    Some(phase) => phase.to_string(),
+                    None => lifecycle
+                        .and_then(|l| l.phase(model))
+                        .unwrap_or_else(|| "Ready".to_string()),
+                };
                 serde_json::json!({
                     "id": m.id,
                     "object": "model",
@@ -419,7 +503,9 @@ impl Gateway {
             }
         }
 
-        let strategy = if self.settings.routing_enabled {
+        // The cluster policy of the global mode is not a per-model strategy
+        // that `--routing-enabled false` turns off.
+        let strategy = if self.settings.routing_enabled || self.settings.cluster_failover {
             resolved.route.strategy
         } else {
             Strategy::Default
@@ -470,94 +556,194 @@ impl Gateway {
             forward_path,
             body,
             request_id: ctx.request_id.clone().unwrap_or_else(|| Arc::from("")),
+            tried_mask: None,
             _active: active,
         })
     }
 
     /// Forwards a request whose body was buffered: a subrequest runs the
     /// proxy phases with the body preset, and its response is piped back.
+    ///
+    /// In global mode, a 5xx answer that the subrequest could not retry
+    /// itself (a body beyond Pingora's 64 KiB retry buffer) is held back
+    /// while a cluster is left untried, and a new subrequest asks the next.
     async fn forward_buffered(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        plan: Box<ForwardPlan>,
+        mut plan: Box<ForwardPlan>,
     ) -> Result<bool> {
-        let Some(spawner) = session.subrequest_spawner.as_ref() else {
-            return self
-                .reject(session, ctx, ApiError::internal("subrequests unavailable"))
-                .await;
-        };
-        let body = plan.body.clone().unwrap_or_default();
-        let sub_ctx = SubrequestCtx::builder()
-            .user_ctx(plan)
-            .body_mode(BodyMode::ExpectBody)
-            .build();
-        let (prepared, handle) = spawner.create_subrequest(session.as_downstream(), sub_ctx);
         let start = ctx.start.unwrap_or_else(Instant::now);
-        let mut relay = Relayed::default();
-        let input = if body.is_empty() {
-            InputBody::NoBody
-        } else {
-            InputBody::Bytes(vec![body])
-        };
-        let mut result = pipe_subrequest(
-            session,
-            prepared,
-            handle,
-            |task| {
-                relay.observe(&task, start);
-                Ok(Some(task))
-            },
-            InputBodyType::Preset(input),
-        )
-        .await;
-        // A subrequest that fails answers for itself (`fail_to_proxy`) and
-        // also reports the failure on a separate channel, which can overtake
-        // that answer. Relay whatever it wrote before deciding what the
-        // client gets, so that it gets that answer, whole.
-        let mut tasks = Vec::new();
-        if let Err(e) = &mut result {
-            if let Some(rx) = e.state.pipe_rx.as_mut().filter(|_| e.from_subreq) {
-                while !relay.complete {
-                    match tokio::time::timeout(SUBREQUEST_DRAIN_TIMEOUT, rx.recv()).await {
-                        Ok(Some(task)) => {
-                            relay.observe(&task, start);
-                            tasks.push(task);
+        if self.settings.cluster_failover {
+            plan.tried_mask = Some(Arc::new(AtomicU64::new(0)));
+        }
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let next = self.settings.cluster_failover.then(|| plan.again());
+            let mut gate = next.as_ref().map(|p| FailoverGate {
+                tried: p.tried_mask.clone().unwrap_or_default(),
+                limit: self
+                    .settings
+                    .max_attempts
+                    .min(p.resolved.route.endpoints.len())
+                    .min(64),
+                held: None,
+                held_tasks: Vec::new(),
+            });
+            let Some(spawner) = session.subrequest_spawner.as_ref() else {
+                return self
+                    .reject(session, ctx, ApiError::internal("subrequests unavailable"))
+                    .await;
+            };
+            let body = plan.body.clone().unwrap_or_default();
+            let sub_ctx = SubrequestCtx::builder()
+                .user_ctx(plan)
+                .body_mode(BodyMode::ExpectBody)
+                .build();
+            let (prepared, handle) = spawner.create_subrequest(session.as_downstream(), sub_ctx);
+            let mut relay = Relayed::default();
+            let input = if body.is_empty() {
+                InputBody::NoBody
+            } else {
+                InputBody::Bytes(vec![body])
+            };
+            let mut result = pipe_subrequest(
+                session,
+                prepared,
+                handle,
+                |task| {
+                    let Some(task) = FailoverGate::pass(&mut gate, task, &relay, start) else {
+                        return Ok(None);
+                    };
+                    relay.observe(&task, start);
+                    Ok(Some(task))
+                },
+                InputBodyType::Preset(input),
+            )
+            .await;
+            // A subrequest that fails answers for itself (`fail_to_proxy`) and
+            // also reports the failure on a separate channel, which can overtake
+            // that answer. Relay whatever it wrote before deciding what the
+            // client gets, so that it gets that answer, whole.
+            let mut tasks = Vec::new();
+            if let Err(e) = &mut result {
+                if let Some(rx) = e.state.pipe_rx.as_mut().filter(|_| e.from_subreq) {
+                    while !relay.complete && !gate.as_ref().is_some_and(FailoverGate::held_complete)
+                    {
+                        match tokio::time::timeout(SUBREQUEST_DRAIN_TIMEOUT, rx.recv()).await {
+                            Ok(Some(task)) => {
+                                let Some(task) = FailoverGate::pass(&mut gate, task, &relay, start)
+                                else {
+                                    continue;
+                                };
+                                relay.observe(&task, start);
+                                tasks.push(task);
+                            }
+                            _ => break,
                         }
-                        _ => break,
                     }
                 }
             }
-        }
-        let relayed = if tasks.is_empty() {
-            Ok(false)
-        } else {
-            session.write_response_tasks(tasks).await
-        };
-        ctx.response_bytes += relay.bytes;
-        if let Some(t) = relay.ttfb {
-            self.metrics
-                .ttfb
-                .with_label_values(&[Self::model_label(ctx)])
-                .observe(t.as_secs_f64());
-            ctx.ttfb_seen = true;
-        }
-        if relay.status != 0 {
-            ctx.status = relay.status;
-        }
-        relayed?;
-        match result {
-            Ok(_) => Ok(true),
-            // The subrequest answered in full (an error of its own, such as
-            // 502 or 503): the client connection stays usable.
-            Err(e) if e.from_subreq && relay.complete => Ok(true),
-            Err(e) if relay.status == 0 => {
-                let err = classify_upstream_error(&e.error);
-                self.reject(session, ctx, err).await
+            if let (Some(next), Some(gate)) = (next, &mut gate) {
+                if gate.held.is_some() && rounds < 64 {
+                    // Nothing reached the client: ask the next cluster.
+                    self.metrics
+                        .retries
+                        .with_label_values(&[&next.resolved.route.name, "server_error"])
+                        .inc();
+                    plan = Box::new(next);
+                    continue;
+                }
+                // No round left: the client gets the answer held back.
+                for task in gate.held_tasks.drain(..) {
+                    relay.observe(&task, start);
+                    tasks.push(task);
+                }
             }
-            // Failed mid-response: the client must see the response cut.
-            Err(e) => Err(e.error),
+            let relayed = if tasks.is_empty() {
+                Ok(false)
+            } else {
+                session.write_response_tasks(tasks).await
+            };
+            ctx.response_bytes += relay.bytes;
+            if let Some(t) = relay.ttfb {
+                self.metrics
+                    .ttfb
+                    .with_label_values(&[Self::model_label(ctx)])
+                    .observe(t.as_secs_f64());
+                ctx.ttfb_seen = true;
+            }
+            if relay.status != 0 {
+                ctx.status = relay.status;
+            }
+            relayed?;
+            return match result {
+                Ok(_) => Ok(true),
+                // The subrequest answered in full (an error of its own, such as
+                // 502 or 503): the client connection stays usable.
+                Err(e) if e.from_subreq && relay.complete => Ok(true),
+                Err(e) if relay.status == 0 => {
+                    let err = classify_upstream_error(&e.error);
+                    self.reject(session, ctx, err).await
+                }
+                // Failed mid-response: the client must see the response cut.
+                Err(e) => Err(e.error),
+            };
         }
+    }
+}
+
+/// Global mode: holds back a member's 5xx answer, before anything was
+/// relayed, while an endpoint is left untried.
+struct FailoverGate {
+    /// Endpoints tried by the request's subrequests, a bit per index.
+    tried: Arc<AtomicU64>,
+    /// Attempts allowed: the endpoints, up to the attempt limit.
+    limit: usize,
+    /// The answer held back, as far as it came.
+    held: Option<Relayed>,
+    /// Its tasks, relayed after all when no failover round is left.
+    held_tasks: Vec<HttpTask>,
+}
+
+impl FailoverGate {
+    /// `task` when it is to be relayed; `None` when the gate (if any) holds
+    /// it back.
+    fn pass(
+        gate: &mut Option<FailoverGate>,
+        task: HttpTask,
+        relayed: &Relayed,
+        start: Instant,
+    ) -> Option<HttpTask> {
+        match gate {
+            Some(gate) if gate.holds(&task, relayed) => {
+                gate.held
+                    .get_or_insert_with(Relayed::default)
+                    .observe(&task, start);
+                gate.held_tasks.push(task);
+                None
+            }
+            _ => Some(task),
+        }
+    }
+
+    /// Whether `task` belongs to an answer held back: a 5xx header before
+    /// anything was relayed, while an endpoint is left, and what follows it.
+    fn holds(&self, task: &HttpTask, relayed: &Relayed) -> bool {
+        if self.held.is_some() {
+            return true;
+        }
+        let HttpTask::Header(header, _) = task else {
+            return false;
+        };
+        let tried = self.tried.load(Ordering::Relaxed).count_ones() as usize;
+        relayed.status == 0 && header.status.is_server_error() && tried < self.limit
+    }
+
+    /// Whether the whole held answer has arrived.
+    fn held_complete(&self) -> bool {
+        self.held.as_ref().is_some_and(|h| h.complete)
     }
 }
 
@@ -661,6 +847,8 @@ fn retry_reason(e: &Error) -> &'static str {
         ErrorType::ConnectRefused => "conn_refused",
         ErrorType::ConnectNoRoute => "host_unreachable",
         ErrorType::ConnectTimedout => "timeout",
+        ErrorType::HTTPStatus(_) => "server_error",
+        ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError => "conn_closed",
         _ => "other",
     }
 }
@@ -699,6 +887,11 @@ impl ProxyHttp for Gateway {
                     header.insert_header(header::CONTENT_LENGTH, len.to_string())?;
                     ctx.request_id = Some(plan.request_id.clone());
                     ctx.model = Some(Arc::from(plan.resolved.route.name.as_str()));
+                    if let Some(mask) = &plan.tried_mask {
+                        let bits = mask.load(Ordering::Relaxed);
+                        ctx.tried
+                            .extend((0..64).filter(|i| bits & (1u64 << i) != 0));
+                    }
                     ctx.plan = Some(plan);
                     return Ok(false);
                 }
@@ -795,10 +988,12 @@ impl ProxyHttp for Gateway {
             &route.options,
             &ctx.tried,
         ) else {
-            ctx.error = Some(ApiError::unavailable(format!(
-                "model '{}' has no ready endpoint",
-                route.name
-            )));
+            let message = if self.settings.cluster_failover {
+                format!("no cluster available for model '{}'", route.name)
+            } else {
+                format!("model '{}' has no ready endpoint", route.name)
+            };
+            ctx.error = Some(ApiError::unavailable(message));
             return Err(Error::new(ErrorType::HTTPStatus(503)));
         };
         let upstream = set.upstream(idx);
@@ -813,6 +1008,9 @@ impl ProxyHttp for Gateway {
             gauge,
         });
         ctx.tried.push(idx);
+        if let Some(mask) = plan.tried_mask.as_ref().filter(|_| idx < 64) {
+            mask.fetch_or(1u64 << idx, Ordering::Relaxed);
+        }
         let mut peer = HttpPeer::new(upstream.addr, false, String::new());
         peer.options.connection_timeout = Some(self.settings.connect_timeout);
         peer.options.read_timeout = Some(self.settings.read_timeout);
@@ -828,15 +1026,54 @@ impl ProxyHttp for Gateway {
         mut e: Box<Error>,
     ) -> Box<Error> {
         ctx.lease = None;
-        if let Some(plan) = &ctx.plan {
-            let endpoints = plan.resolved.route.endpoints.len();
-            if ctx.tried.len() < self.settings.max_attempts.min(endpoints) {
-                self.metrics
-                    .retries
-                    .with_label_values(&[&plan.resolved.route.name, retry_reason(&e)])
-                    .inc();
-                e.set_retry(true);
+        self.report_failure(ctx);
+        if self.attempts_left(ctx) {
+            self.count_retry(ctx, retry_reason(&e));
+            e.set_retry(true);
+        }
+        e
+    }
+
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<Error>,
+        ctx: &mut RequestCtx,
+        client_reused: bool,
+    ) -> Box<Error> {
+        let mut e = e.more_context(format!("Peer: {peer}"));
+        let replayable = !session.as_ref().retry_buffer_truncated();
+        if self.settings.cluster_failover {
+            // Another cluster may answer as long as the client has seen
+            // nothing and the body can be sent again. A timeout is the
+            // member being slow, not gone: waiting as long again elsewhere
+            // would double the client's wait.
+            let untouched = session.as_downstream().response_written().is_none();
+            let retry = replayable
+                && untouched
+                && e.esource() != &ErrorSource::Downstream
+                && !matches!(
+                    e.etype(),
+                    ErrorType::ReadTimedout | ErrorType::WriteTimedout
+                )
+                && self.attempts_left(ctx);
+            if e.esource() != &ErrorSource::Downstream
+                && !matches!(e.etype(), ErrorType::HTTPStatus(_))
+            {
+                // The member answered nothing usable: check it again now.
+                self.report_failure(ctx);
             }
+            if retry {
+                ctx.lease = None;
+                self.count_retry(ctx, retry_reason(&e));
+            }
+            e.set_retry(retry);
+        } else if !session.req_header().method.is_idempotent() || !replayable {
+            // Pingora's default policy.
+            e.set_retry(false);
+        } else {
+            e.retry.decide_reuse(client_reused);
         }
         e
     }
@@ -852,10 +1089,18 @@ impl ProxyHttp for Gateway {
             // The gateway's API keys are not the backend's business.
             upstream.remove_header(&header::AUTHORIZATION);
         }
+        if let Some(key) = &self.settings.upstream_authorization {
+            upstream.insert_header(header::AUTHORIZATION, key.clone())?;
+        }
         let Some(plan) = ctx.plan.as_ref() else {
             return Ok(());
         };
-        if let Some(path) = &plan.forward_path {
+        // A member gateway finds the model in the path prefix itself.
+        let forward_path = plan
+            .forward_path
+            .as_ref()
+            .filter(|_| !self.settings.cluster_failover);
+        if let Some(path) = forward_path {
             let uri: http::Uri = path
                 .parse()
                 .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad forward path"))?;
@@ -869,6 +1114,31 @@ impl ProxyHttp for Gateway {
         Ok(())
     }
 
+    async fn upstream_response_filter(
+        &self,
+        session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        // A member cluster that answers 5xx is failed over like one that
+        // refuses the connection: nothing of this answer reaches the client
+        // while another cluster is left to ask.
+        if self.settings.cluster_failover
+            && resp.status.is_server_error()
+            && self.attempts_left(ctx)
+            && !session.as_ref().retry_buffer_truncated()
+        {
+            let status = resp.status.as_u16();
+            let mut e = Error::explain(
+                ErrorType::HTTPStatus(status),
+                "member cluster answered with a server error",
+            );
+            e.set_retry(true);
+            return Err(e);
+        }
+        Ok(())
+    }
+
     async fn response_filter(
         &self,
         _session: &mut Session,
@@ -877,6 +1147,14 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         if let Some(id) = &ctx.request_id {
             resp.insert_header(REQUEST_ID, id.as_ref())?;
+        }
+        if self.settings.cluster_failover {
+            if let (Some(plan), Some(&idx)) = (&ctx.plan, ctx.tried.last()) {
+                let endpoints = &plan.resolved.route.endpoints;
+                if idx < endpoints.len() {
+                    resp.insert_header(CLUSTER_HEADER, endpoints.upstream(idx).name.as_str())?;
+                }
+            }
         }
         ctx.status = resp.status.as_u16();
         if !ctx.is_subrequest && !ctx.ttfb_seen {

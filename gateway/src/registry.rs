@@ -65,6 +65,10 @@ pub struct ListedModel {
     pub root: String,
     /// Base model for LoRA adapters.
     pub parent: Option<String>,
+    /// The phase, when the source knows it itself (global mode: the best
+    /// among the member clusters); otherwise the activation lifecycle's, or
+    /// `Ready`.
+    pub phase: Option<&'static str>,
 }
 
 /// Source of models for the request path.
@@ -115,6 +119,7 @@ impl RouteTable {
             id: model.name.clone(),
             root: model.name.clone(),
             parent: None,
+            phase: None,
         });
         for alias in &model.aliases {
             self.by_name
@@ -123,6 +128,7 @@ impl RouteTable {
                 id: alias.clone(),
                 root: model.name.clone(),
                 parent: None,
+                phase: None,
             });
         }
         let mut adapters: Vec<_> = model.lora.iter().collect();
@@ -136,6 +142,7 @@ impl RouteTable {
                 id: name.clone(),
                 root: adapter.clone(),
                 parent: Some(model.name.clone()),
+                phase: None,
             });
         }
     }
@@ -161,8 +168,15 @@ fn build_route(
     limits: &LimitSettings,
     old: Option<&ModelRoute>,
 ) -> ModelRoute {
+    let unchanged = |set: &EndpointSet| {
+        if model.strategy.is_ordered() {
+            set.same_sequence(&model.upstreams)
+        } else {
+            set.same_endpoints(&model.upstreams)
+        }
+    };
     let endpoints = match old {
-        Some(o) if o.endpoints.same_endpoints(&model.upstreams) => o.endpoints.clone(),
+        Some(o) if unchanged(&o.endpoints) => o.endpoints.clone(),
         Some(o) => Arc::new(o.endpoints.rebuild(model.upstreams.clone())),
         None => Arc::new(EndpointSet::new(model.upstreams.clone())),
     };

@@ -1,6 +1,6 @@
 //! Assembles the Pingora server: proxy service, admin service, model-file
-//! reloader (or, with `--kubernetes`, the cluster watches) and shutdown
-//! handling.
+//! reloader (or, with `--kubernetes`, the cluster watches; with `--global`,
+//! the member-cluster monitor) and shutdown handling.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -54,8 +54,25 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         queue_timeout: cli.queue_timeout,
         cold_start_timeout: cli.cold_start_timeout,
     };
-    let (registry, operator, kube) = match (&cli.config, cli.kubernetes) {
-        (Some(path), false) => {
+    let global = match (&cli.global, &cli.global_object) {
+        (Some(path), _) => Some(crate::global::GlobalMode::load(
+            path,
+            global_probe_settings(cli),
+            limits,
+            &metrics,
+        )?),
+        (None, Some(reference)) => Some(crate::global::GlobalMode::from_object(
+            crate::global::GlobalObject::parse(reference, cli.kubeconfig.clone())
+                .map_err(|e| anyhow::anyhow!(e))?,
+            global_probe_settings(cli),
+            limits,
+            &metrics,
+        )),
+        (None, None) => None,
+    };
+    let (registry, operator, kube) = match (&cli.config, cli.kubernetes, &global) {
+        (_, _, Some(global)) => (global.registry().routes(), None, None),
+        (Some(path), false, None) => {
             let table = ModelTable::load(path)?;
             let registry = Arc::new(FileRegistry::with_table(path, &table, limits));
             (registry, EmbeddedOperator::start(&table)?, None)
@@ -116,9 +133,23 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         max_body_bytes: cli.max_body_bytes,
         connect_timeout: cli.upstream_connect_timeout,
         read_timeout: cli.upstream_read_timeout,
-        max_attempts: cli.attempts(),
+        // A global gateway tries every available cluster before it fails.
+        max_attempts: if global.is_some() {
+            usize::MAX
+        } else {
+            cli.attempts()
+        },
         routing_enabled: cli.routing_enabled,
         key_limits: crate::routing::KeyLimits::DEFAULT,
+        cluster_failover: global.is_some(),
+        upstream_authorization: match (&global, &cli.global_member_token) {
+            (Some(_), Some(token)) => Some(
+                http::HeaderValue::from_str(&format!("Bearer {}", token.trim())).map_err(|_| {
+                    anyhow::anyhow!("FLEXINFER_GLOBAL_MEMBER_TOKEN is not a valid header value")
+                })?,
+            ),
+            _ => None,
+        },
     };
 
     let threads = if cli.threads == 0 {
@@ -137,14 +168,21 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
+    let proxy_registry: Arc<dyn crate::registry::ModelRegistry> = match &global {
+        Some(g) => g.registry(),
+        None => registry.clone(),
+    };
     let mut gateway = Gateway::new(
-        registry.clone(),
+        proxy_registry,
         auth,
         global_limiter,
         metrics.clone(),
         settings,
         draining.clone(),
     );
+    if let Some(global) = &global {
+        gateway = gateway.with_endpoint_failures(global.registry());
+    }
     let lifecycle = match (&operator, &kube) {
         (Some(op), _) => Some(op.lifecycle()),
         (None, Some(k)) => Some(k.lifecycle()),
@@ -172,7 +210,16 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         server.add_service(svc);
     }
 
-    if kube.is_none() {
+    if let Some(global) = global {
+        tracing::info!(
+            clusters = global.clusters().len(),
+            "global mode: routing to member clusters' gateways"
+        );
+        server.add_service(background_service(
+            "global cluster monitor",
+            global.into_monitor(),
+        ));
+    } else if kube.is_none() {
         let reloader = Reloader {
             registry: registry.clone(),
             metrics: metrics.clone(),
@@ -349,6 +396,18 @@ impl BackgroundService for Reloader {
                 }
             }
         }
+    }
+}
+
+/// How the global mode probes member gateways.
+fn global_probe_settings(cli: &Cli) -> crate::global::ProbeSettings {
+    crate::global::ProbeSettings {
+        interval: cli.global_probe_interval,
+        timeout: cli.global_probe_timeout,
+        authorization: cli
+            .global_member_token
+            .as_ref()
+            .map(|t| format!("Bearer {}", t.trim())),
     }
 }
 

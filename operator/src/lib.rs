@@ -11,9 +11,13 @@
 //! - [`controllers`]: the Kubernetes controllers (kube-runtime), with the
 //!   library entry point [`controllers::run`].
 //! - [`local`]: the local-process actuator.
+//! - [`federation`]: cluster selection, replica split and capacity for the
+//!   federation controllers.
 
 pub mod build;
+pub mod catalog;
 pub mod controllers;
+pub mod federation;
 pub mod local;
 pub mod placement;
 pub mod policy;

@@ -70,12 +70,20 @@ struct Cli {
     /// Do not scrape vLLM pods' /metrics for KV-cache pressure.
     #[arg(long, default_value_t = false)]
     no_kv_cache_scrape: bool,
+    /// Run the federation controllers (Cluster, FederatedModel): probe the
+    /// member clusters named by Cluster objects through their kubeconfig
+    /// Secrets and place FederatedModels on them. Off by default.
+    #[arg(long, env = "FLEXINFER_FEDERATION", default_value_t = false)]
+    federation: bool,
+    /// Consecutive failed probes after which a Ready Cluster turns NotReady.
+    #[arg(long, env = "FLEXINFER_CLUSTER_FAILURE_THRESHOLD", default_value_t = controllers::federation::DEFAULT_FAILURE_THRESHOLD, value_parser = clap::value_parser!(u32).range(1..))]
+    cluster_failure_threshold: u32,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
     log_format: String,
 }
 
-const LONG_ABOUT: &str = "Reconciles FlexInfer custom resources into workloads: Model (v1alpha2) into a Deployment, a Service and cache PVC/Jobs; GPUGroup (v1alpha1) into one active ModelDeployment chosen from the gateway's demand annotations; ModelCache (v1alpha1) into a PVC and a download Job; ModelDeployment (v1alpha1, legacy) through the same path as Model; LoRAAdapter (v1alpha2) into adapters loaded in running vLLM pods.
+const LONG_ABOUT: &str = "Reconciles FlexInfer custom resources into workloads: Model (v1alpha2) into a Deployment, a Service and cache PVC/Jobs; GPUGroup (v1alpha1) into one active ModelDeployment chosen from the gateway's demand annotations; ModelCache (v1alpha1) into a PVC and a download Job; ModelDeployment (v1alpha1, legacy) through the same path as Model; LoRAAdapter (v1alpha2) into adapters loaded in running vLLM pods. With --federation: Cluster (v1alpha2) probed for health and capacity through its kubeconfig Secret, and FederatedModel (v1alpha2) into Models in the member clusters, replicas split by weight and moved off clusters that turn NotReady.
 
 Owned objects are written with server-side apply and only when they change. Models scale to zero after their idle timeout (the gateway writes status.lastActiveTime) and take turns on shared GPUs with anti-thrashing.
 
@@ -192,6 +200,12 @@ async fn main() -> anyhow::Result<()> {
         }),
         check_crds: !cli.skip_crd_check,
         kv_cache_scrape: !cli.no_kv_cache_scrape,
+        federation: cli
+            .federation
+            .then(|| controllers::federation::FederationSettings {
+                failure_threshold: cli.cluster_failure_threshold,
+                ..Default::default()
+            }),
         ..Default::default()
     };
     let probe = Probe {

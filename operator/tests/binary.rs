@@ -128,6 +128,8 @@ fn help_explains_the_operator() {
         "--health-probe-bind-address",
         "--metrics-bind-address",
         "--scheduler-name",
+        "--federation",
+        "--cluster-failure-threshold",
     ] {
         assert!(text.contains(flag), "{flag} missing from --help");
     }

@@ -450,7 +450,10 @@ fn model_cache_objects() {
         let mut c = ModelCache::new(name, ModelCacheSpec::new(source));
         c.metadata.namespace = Some("ml".into());
         c.metadata.uid = Some(format!("uid-{name}"));
-        let out = json!({"pvc": model_cache::pvc(&c), "job": model_cache::download_job(&c)});
+        let out = json!({
+            "pvc": model_cache::pvc(&c),
+            "job": model_cache::download_job(&c, &BuildSettings::default()),
+        });
         check_fixture(&format!("modelcache_{name}"), &out);
         assert_eq!(out["pvc"]["spec"]["accessModes"], json!(["ReadWriteMany"]));
         assert_eq!(
@@ -460,7 +463,7 @@ fn model_cache_objects() {
         assert_eq!(out["job"]["metadata"]["name"], format!("{name}-downloader"));
         let image = out["job"]["spec"]["template"]["spec"]["containers"][0]["image"].clone();
         let want = if name == "oci" {
-            model_cache::ORAS_IMAGE
+            build::DEFAULT_FLASH_LOADER_IMAGE
         } else {
             model_cache::HF_IMAGE
         };

@@ -16,10 +16,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 
 use flexinfer_crds::labels::PREFIX;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
+
+use crate::response::FilterResponse;
 
 /// The highest score an extender may return (`extenderv1.MaxExtenderPriority`).
 pub const MAX_EXTENDER_PRIORITY: i64 = 10;
@@ -29,7 +32,7 @@ pub const MAX_EXTENDER_PRIORITY: i64 = 10;
 pub struct ExtenderFilterResult<'a> {
     /// Passing nodes, as the raw JSON objects of the request, when the
     /// request carried `Nodes`.
-    pub nodes: Option<Vec<&'a str>>,
+    pub nodes: Option<Vec<&'a [u8]>>,
     /// Passing node names, when the request carried `NodeNames`.
     pub node_names: Option<Vec<&'a str>>,
     /// Rejected nodes whose rejection preemption might resolve.
@@ -46,21 +49,23 @@ impl ExtenderFilterResult<'_> {
     /// The JSON kube-scheduler expects: every field under its Go name,
     /// passing nodes copied verbatim into `Nodes.items`.
     pub fn to_json(&self) -> Vec<u8> {
-        let raw_len: usize = self.nodes.iter().flatten().map(|n| n.len() + 1).sum();
-        let mut out = Vec::with_capacity(raw_len + 256);
-        out.extend_from_slice(b"{\"Nodes\":");
+        self.encode(b"").to_vec(b"")
+    }
+
+    /// The same JSON as [`Self::to_json`], with every passing node that
+    /// lies in `body` (the request it was scanned from) left there as a
+    /// range; a run of nodes that were neighbours in the request becomes
+    /// one range.
+    pub fn encode(&self, body: &[u8]) -> FilterResponse {
+        let mut out = FilterResponse::default();
+        out.push_bytes(b"{\"Nodes\":");
         match &self.nodes {
             Some(items) => {
-                out.extend_from_slice(b"{\"metadata\":{},\"items\":[");
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    out.extend_from_slice(item.as_bytes());
-                }
-                out.extend_from_slice(b"]}");
+                out.push_bytes(b"{\"metadata\":{},\"items\":[");
+                push_items(&mut out, body, items);
+                out.push_bytes(b"]}");
             }
-            None => out.extend_from_slice(b"null"),
+            None => out.push_bytes(b"null"),
         }
         write_field(&mut out, b"\"NodeNames\":", &self.node_names);
         write_field(&mut out, b"\"FailedNodes\":", &self.failed_nodes);
@@ -70,16 +75,72 @@ impl ExtenderFilterResult<'_> {
             &self.failed_and_unresolvable_nodes,
         );
         write_field(&mut out, b"\"Error\":", &self.error);
-        out.push(b'}');
+        out.push_bytes(b"}");
         out
     }
 }
 
-fn write_field<T: Serialize>(out: &mut Vec<u8>, name: &[u8], value: &T) {
-    out.push(b',');
-    out.extend_from_slice(name);
+/// Appends `items` comma-separated: as ranges of `body` where they lie in
+/// it (extending the previous range when only a comma and whitespace
+/// separate them there), copied otherwise.
+fn push_items(out: &mut FilterResponse, body: &[u8], items: &[&[u8]]) {
+    let base = body.as_ptr() as usize;
+    let mut run: Option<Range<usize>> = None;
+    for (i, item) in items.iter().enumerate() {
+        let start = (item.as_ptr() as usize).wrapping_sub(base);
+        let range = start..start.saturating_add(item.len());
+        let inside = start <= body.len() && range.end <= body.len() && !item.is_empty();
+        if !inside {
+            if let Some(run) = run.take() {
+                out.push_request(run);
+            }
+            if i > 0 {
+                out.push_bytes(b",");
+            }
+            out.push_bytes(item);
+            continue;
+        }
+        match &mut run {
+            Some(current) if only_comma_between(body, current.end, range.start) => {
+                current.end = range.end;
+            }
+            _ => {
+                if let Some(previous) = run.take() {
+                    out.push_request(previous);
+                }
+                if i > 0 {
+                    out.push_bytes(b",");
+                }
+                run = Some(range);
+            }
+        }
+    }
+    if let Some(run) = run {
+        out.push_request(run);
+    }
+}
+
+/// Whether `body[from..to]` is one comma with optional JSON whitespace.
+fn only_comma_between(body: &[u8], from: usize, to: usize) -> bool {
+    let Some(gap) = body.get(from..to) else {
+        return false;
+    };
+    let mut commas = 0;
+    for byte in gap {
+        match byte {
+            b',' => commas += 1,
+            b' ' | b'\n' | b'\r' | b'\t' => {}
+            _ => return false,
+        }
+    }
+    commas == 1
+}
+
+fn write_field<T: Serialize>(out: &mut FilterResponse, name: &[u8], value: &T) {
+    out.push_bytes(b",");
+    out.push_bytes(name);
     // Strings, string lists and string maps cannot fail to encode.
-    let _ = serde_json::to_writer(out, value);
+    let _ = serde_json::to_writer(out.writer(), value);
 }
 
 /// One entry of a prioritize result (`extenderv1.HostPriority`).
@@ -303,7 +364,7 @@ mod tests {
             r#"{"Nodes":null,"NodeNames":["a"],"FailedNodes":{"b":"why \"not\""},"FailedAndUnresolvableNodes":{},"Error":""}"#
         );
         let result = ExtenderFilterResult {
-            nodes: Some(vec![r#"{"metadata":{"name":"x"}}"#, "{}"]),
+            nodes: Some(vec![br#"{"metadata":{"name":"x"}}"#, b"{}"]),
             error: String::new(),
             ..Default::default()
         };
@@ -319,5 +380,51 @@ mod tests {
             serde_json::to_string(&[priority]).unwrap(),
             r#"[{"Host":"a","Score":7}]"#
         );
+    }
+
+    #[test]
+    fn encode_points_into_the_request_and_matches_to_json() {
+        let body = r#"{"items":[{"n":1}, {"n":2} ,{"n":3},{"n":4},{"n":5}]}"#;
+        let node = |n: usize| {
+            let at = body.find(&format!("{{\"n\":{n}}}")).unwrap();
+            &body.as_bytes()[at..at + 7]
+        };
+        // 1, 2, 3 were neighbours; 5 follows a rejected 4; one node is not
+        // from the request at all.
+        let outside = String::from(r#"{"n":9}"#);
+        let result = ExtenderFilterResult {
+            nodes: Some(vec![node(1), node(2), node(3), node(5), outside.as_bytes()]),
+            ..Default::default()
+        };
+        let encoded = result.encode(body.as_bytes());
+        let joined = encoded.to_vec(body.as_bytes());
+        let value: serde_json::Value = serde_json::from_slice(&joined).unwrap();
+        // The same JSON as the copying encoder, apart from the request's
+        // own whitespace between neighbours.
+        let copied: serde_json::Value = serde_json::from_slice(&result.to_json()).unwrap();
+        assert_eq!(value, copied);
+        let items: Vec<u64> = value["Nodes"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(items, [1, 2, 3, 5, 9]);
+        // 1..=3 travel as one range with their original separators, 5 as
+        // another; nothing of the request was copied.
+        let first_run = &body[body.find(r#"{"n":1}"#).unwrap()..body.find(r#",{"n":4}"#).unwrap()];
+        assert_eq!(encoded.borrowed_len(), first_run.len() + 7);
+        assert_eq!(encoded.len(), joined.len());
+    }
+
+    #[test]
+    fn encode_of_an_empty_or_absent_list() {
+        for nodes in [None, Some(vec![])] {
+            let result = ExtenderFilterResult {
+                nodes,
+                ..Default::default()
+            };
+            assert_eq!(result.encode(b"{}").to_vec(b"{}"), result.to_json());
+        }
     }
 }

@@ -22,6 +22,7 @@ use crate::facts::{NodeFacts, PodFacts};
 use crate::filter::{self, Rejection};
 use crate::metrics::{Metrics, Verb};
 use crate::normalize::normalize;
+use crate::response::FilterResponse;
 use crate::scan;
 use crate::score::{raw_score, ScoreInputs, Weights};
 use crate::tenant::{self, FairShare, NoTenantUsage, TenantUsage};
@@ -113,8 +114,6 @@ struct Request<'a> {
 
 impl<'a> Request<'a> {
     fn parse(body: &'a [u8]) -> Result<Self, RequestError> {
-        let body = std::str::from_utf8(body)
-            .map_err(|err| RequestError::Body(format!("body is not UTF-8: {err}")))?;
         let spans = scan::args(body).map_err(|err| RequestError::Body(err.to_string()))?;
         let pod: Option<Pod> = spans
             .pod
@@ -179,20 +178,28 @@ impl Extender {
     /// Answers a filter call: always an `ExtenderFilterResult` JSON, with
     /// `Error` set when the request could not be answered.
     pub fn filter(&self, body: &[u8]) -> Vec<u8> {
+        self.filter_response(body).to_vec(body)
+    }
+
+    /// Answers a filter call like [`Self::filter`], leaving the passing
+    /// nodes in `body` (see [`FilterResponse`]).
+    pub fn filter_response(&self, body: &[u8]) -> FilterResponse {
         let start = Instant::now();
         let outcome = self.filter_body(body);
         let ok = outcome.is_ok();
-        let bytes = outcome.unwrap_or_else(|err| {
+        let response = outcome.unwrap_or_else(|err| {
             tracing::warn!(error = %err, "filter request failed");
-            ExtenderFilterResult {
-                error: err.to_string(),
-                ..Default::default()
-            }
-            .to_json()
+            FilterResponse::owned(
+                ExtenderFilterResult {
+                    error: err.to_string(),
+                    ..Default::default()
+                }
+                .to_json(),
+            )
         });
         self.metrics
             .observe_request(Verb::Filter, ok, start.elapsed());
-        bytes
+        response
     }
 
     /// Answers a prioritize call with a `HostPriorityList` JSON.
@@ -207,7 +214,7 @@ impl Extender {
         outcome
     }
 
-    fn filter_body(&self, body: &[u8]) -> Result<Vec<u8>, RequestError> {
+    fn filter_body(&self, body: &[u8]) -> Result<FilterResponse, RequestError> {
         let request = Request::parse(body)?;
         let pod = &request.pod;
         let mut result = ExtenderFilterResult::default();
@@ -248,7 +255,7 @@ impl Extender {
                 passed = passing.len();
                 result.node_names = Some(passing);
                 self.metrics.observe_filter(passed, &rejections);
-                return Ok(result.to_json());
+                return Ok(result.encode(body));
             }
             let store = self.nodes.as_ref().ok_or(RequestError::NoNodeCache)?;
             for name in names {
@@ -275,7 +282,7 @@ impl Extender {
             rejected = rejections.len(),
             "filtered"
         );
-        Ok(result.to_json())
+        Ok(result.encode(body))
     }
 
     fn prioritize_body(&self, body: &[u8]) -> Result<Vec<u8>, RequestError> {

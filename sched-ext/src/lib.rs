@@ -19,8 +19,9 @@
 //! [`tenant::TenantUsage`] traits. [`watch`] implements those traits over
 //! kube reflectors (watched and cached, never fetched per request);
 //! [`server`] is the thin axum layer; [`api`] holds the extender v1 wire
-//! types and [`scan`] splits large requests (full Node objects) in one pass
-//! without decoding what the extender does not read.
+//! types, [`scan`] splits large requests (full Node objects) in one pass
+//! without decoding what the extender does not read, and [`response`]
+//! echoes the passing nodes as ranges of the request instead of copies.
 
 #![warn(missing_docs)]
 
@@ -32,6 +33,7 @@ pub mod facts;
 pub mod filter;
 pub mod metrics;
 pub mod normalize;
+pub mod response;
 pub mod scan;
 pub mod score;
 pub mod server;

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -31,7 +31,13 @@ pub fn router(extender: Arc<Extender>, max_body_bytes: usize) -> Router {
 }
 
 async fn filter(State(extender): State<Arc<Extender>>, body: Bytes) -> Response {
-    json(extender.filter(&body))
+    // Passing nodes go back as slices of the request body, not copies.
+    let response = extender.filter_response(&body);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::new(response.into_body(&body)),
+    )
+        .into_response()
 }
 
 async fn prioritize(State(extender): State<Arc<Extender>>, body: Bytes) -> Response {

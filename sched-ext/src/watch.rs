@@ -209,75 +209,10 @@ fn keep_event<K>(event: &watcher::Event<K>, keep: impl Fn(&K) -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::{Request, Response};
-    use kube::client::Body;
     use serde_json::json;
-    use std::time::Duration;
 
-    fn config_map(name: &str, data: serde_json::Value) -> serde_json::Value {
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": "ml", "resourceVersion": "7",
-                            "managedFields": [{"manager": "flexinfer-bench"}]},
-               "data": data})
-    }
-
-    /// The reflector LISTs then WATCHes ConfigMaps cluster-wide, keeps only
-    /// benchmark ConfigMaps, and serves them from memory.
-    #[tokio::test]
-    async fn benchmark_config_maps_are_listed_watched_and_filtered() {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let client = Client::new(service, "default");
-        let (cache, task) = benchmark_config_maps(client, "", "flexinfer-benchmark-results".into());
-        let task = tokio::spawn(task);
-
-        let (request, send) = handle.next_request().await.expect("list request");
-        assert_eq!(request.method(), http::Method::GET);
-        assert_eq!(request.uri().path(), "/api/v1/configmaps");
-        assert!(!request.uri().query().unwrap_or("").contains("watch=true"));
-        let list = json!({
-            "apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "10"},
-            "items": [
-                config_map("flexinfer-benchmark-results", json!({"bench_abc": "31.5"})),
-                config_map("kube-root-ca.crt", json!({"ca.crt": "..."})),
-                config_map("qwen-benchmark-results", json!({"tokensPerSecond": "12"})),
-            ]
-        });
-        send.send_response(Response::new(Body::from(list.to_string().into_bytes())));
-
-        let (request, send) = handle.next_request().await.expect("watch request");
-        assert_eq!(request.uri().path(), "/api/v1/configmaps");
-        let query = request.uri().query().unwrap_or("");
-        assert!(query.contains("watch=true"), "{query}");
-        assert!(query.contains("resourceVersion=10"), "{query}");
-        let event = json!({"type": "ADDED", "object": config_map("llama-benchmark-results", json!({"tokensPerSecond": "3"}))});
-        send.send_response(Response::new(Body::from(format!("{event}\n").into_bytes())));
-
-        tokio::time::timeout(Duration::from_secs(5), cache.store().wait_until_ready())
-            .await
-            .expect("store ready in time")
-            .expect("writer alive");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while cache.config_map("ml", "llama-benchmark-results").is_none() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "watch event not applied"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-
-        let global = cache
-            .config_map("ml", "flexinfer-benchmark-results")
-            .unwrap();
-        assert_eq!(global.data.as_ref().unwrap()["bench_abc"], "31.5");
-        assert!(global.metadata.managed_fields.is_none());
-        assert!(cache.config_map("ml", "qwen-benchmark-results").is_some());
-        assert!(cache.config_map("ml", "kube-root-ca.crt").is_none());
-        assert!(cache
-            .config_map("other", "qwen-benchmark-results")
-            .is_none());
-        assert_eq!(cache.store().state().len(), 3);
-        task.abort();
-    }
+    // The ConfigMap reflector is tested against the in-memory API server
+    // in `tests/watch.rs`.
 
     #[test]
     fn pod_usage_counts_non_terminal_pods_of_the_tenant() {

@@ -82,6 +82,33 @@ pub struct RegistrySource {
     /// key `HF_TOKEN` for HuggingFace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<String>,
+    /// OCI registry flavour; detected from the host when unset (`ghcr.io`
+    /// is GHCR, `*.dkr.ecr.*.amazonaws.com` ECR, anything else generic).
+    /// Harbor lists the repositories of the project named by the first
+    /// path element of `url` (`harbor.lan/models`) through its API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<OciProvider>,
+    /// OCI repositories to list, for registries that refuse `/v2/_catalog`
+    /// (GHCR, ECR); when empty, generic registries are listed through
+    /// `/v2/_catalog`, restricted to the path of `url` when it has one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repositories: Vec<String>,
+}
+
+/// OCI registry flavour of a [`RegistrySource`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::schema::without_description)]
+pub enum OciProvider {
+    /// Any OCI distribution registry.
+    Generic,
+    /// Harbor: robot accounts, project listing API.
+    Harbor,
+    /// GitHub Container Registry: any username and a personal access token.
+    #[serde(rename = "GHCR")]
+    Ghcr,
+    /// Amazon ECR: user `AWS` and a login token.
+    #[serde(rename = "ECR")]
+    Ecr,
 }
 
 /// Which models a catalog includes.

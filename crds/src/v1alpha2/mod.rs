@@ -10,7 +10,7 @@ mod quantization;
 mod source;
 
 pub use catalog::{
-    CatalogEntry, CatalogFilter, ModelCatalog, ModelCatalogSpec, ModelCatalogStatus,
+    CatalogEntry, CatalogFilter, ModelCatalog, ModelCatalogSpec, ModelCatalogStatus, OciProvider,
     RegistrySource, RegistryType,
 };
 pub use cluster::{Cluster, ClusterModelStatus, ClusterPhase, ClusterSpec, ClusterStatus};

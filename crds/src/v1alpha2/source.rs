@@ -22,6 +22,13 @@ pub enum ModelSource {
         /// Absolute path.
         path: String,
     },
+    /// `oci://registry[:port]/repository[:tag|@sha256:…]` (or `oras://`): a
+    /// model artifact in an OCI registry, pulled into the cache by
+    /// `flexinfer-flashload pull`.
+    Oci {
+        /// The reference without its scheme (`ghcr.io/org/model:v1`).
+        reference: String,
+    },
     /// `pvc://claim/path`: files on an existing PersistentVolumeClaim.
     Pvc {
         /// Claim name.
@@ -48,6 +55,9 @@ impl ModelSource {
             "ollama" => ModelSource::Ollama {
                 model: rest.to_owned(),
             },
+            "oci" | "oras" => ModelSource::Oci {
+                reference: rest.to_owned(),
+            },
             "file" => ModelSource::File {
                 path: rest.to_owned(),
             },
@@ -65,21 +75,25 @@ impl ModelSource {
     /// The name the backend knows the model by when no `servedModelName` is
     /// configured: the source with its scheme stripped (`HF://org/m` →
     /// `org/m`, `ollama://m:tag` → `m:tag`, `file:///p` → `/p`,
-    /// `pvc://claim/p` → `/p`).
+    /// `pvc://claim/p` → `/p`, `oci://r/m:t` → `r/m:t`).
     pub fn backend_model_name(&self) -> String {
         match self {
             ModelSource::HuggingFace { repo } => repo.clone(),
             ModelSource::Ollama { model } => model.clone(),
+            ModelSource::Oci { reference } => reference.clone(),
             ModelSource::File { path } => path.clone(),
             ModelSource::Pvc { path, .. } => format!("/{path}"),
             ModelSource::Other(raw) => raw.clone(),
         }
     }
 
-    /// Whether the weights must be downloaded from a registry (HuggingFace)
-    /// before the backend can start.
+    /// Whether the weights must be downloaded from a registry
+    /// (HuggingFace, OCI) before the backend can start.
     pub fn needs_prefetch(&self) -> bool {
-        matches!(self, ModelSource::HuggingFace { .. })
+        matches!(
+            self,
+            ModelSource::HuggingFace { .. } | ModelSource::Oci { .. }
+        )
     }
 }
 
@@ -88,6 +102,7 @@ impl fmt::Display for ModelSource {
         match self {
             ModelSource::HuggingFace { repo } => write!(f, "HF://{repo}"),
             ModelSource::Ollama { model } => write!(f, "ollama://{model}"),
+            ModelSource::Oci { reference } => write!(f, "oci://{reference}"),
             ModelSource::File { path } => write!(f, "file://{path}"),
             ModelSource::Pvc { claim, path } => write!(f, "pvc://{claim}/{path}"),
             ModelSource::Other(raw) => f.write_str(raw),
@@ -134,6 +149,18 @@ mod tests {
             }
         );
         assert_eq!(
+            ModelSource::parse("oci://ghcr.io/org/m:v1"),
+            ModelSource::Oci {
+                reference: "ghcr.io/org/m:v1".into()
+            }
+        );
+        assert_eq!(
+            ModelSource::parse("ORAS://r.lan/m@sha256:ab"),
+            ModelSource::Oci {
+                reference: "r.lan/m@sha256:ab".into()
+            }
+        );
+        assert_eq!(
             ModelSource::parse("llama3"),
             ModelSource::Other("llama3".into())
         );
@@ -156,6 +183,7 @@ mod tests {
             );
         }
         assert!(ModelSource::parse("HF://org/m").needs_prefetch());
+        assert!(ModelSource::parse("oci://r.lan/m:v1").needs_prefetch());
         assert!(!ModelSource::parse("ollama://m").needs_prefetch());
     }
 
@@ -166,6 +194,7 @@ mod tests {
             "ollama://m:tag",
             "file:///p",
             "pvc://claim/dir",
+            "oci://ghcr.io/org/m:v1",
         ] {
             assert_eq!(ModelSource::parse(source).to_string(), source);
         }

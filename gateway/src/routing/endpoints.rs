@@ -27,6 +27,9 @@ pub struct Upstream {
     /// Display id for logs and metrics (e.g. `10.0.0.5:8000`, a pod name or
     /// a URL); never used for routing decisions.
     pub name: String,
+    /// Share of requests under [`Strategy::Weighted`] (0: backup only);
+    /// 1 unless set, and ignored by every other strategy.
+    pub weight: u32,
 }
 
 impl Upstream {
@@ -35,7 +38,14 @@ impl Upstream {
         Upstream {
             addr,
             name: name.into(),
+            weight: 1,
         }
+    }
+
+    /// The same upstream with another [`Upstream::weight`].
+    pub fn with_weight(mut self, weight: u32) -> Self {
+        self.weight = weight;
+        self
     }
 }
 
@@ -46,6 +56,7 @@ impl From<SocketAddr> for Upstream {
         Upstream {
             addr,
             name: addr.to_string(),
+            weight: 1,
         }
     }
 }
@@ -138,10 +149,10 @@ impl EndpointSet {
         )
     }
 
-    /// Whether `upstreams` describes exactly this set (same addresses and
-    /// names, in any order, duplicates collapsed as [`EndpointSet::new`]
-    /// does), so a periodic refresh can skip the rebuild. No allocation for
-    /// up to 128 endpoints.
+    /// Whether `upstreams` describes exactly this set (same addresses,
+    /// names and weights, in any order, duplicates collapsed as
+    /// [`EndpointSet::new`] does), so a periodic refresh can skip the
+    /// rebuild. No allocation for up to 128 endpoints.
     pub fn same_endpoints(&self, upstreams: &[Upstream]) -> bool {
         let mut seen = Seen::new(self.len());
         let mut distinct = 0;
@@ -150,13 +161,25 @@ impl EndpointSet {
                 return false;
             };
             if seen.insert(i) {
-                if self.upstreams[i].name != upstream.name {
+                let mine = &self.upstreams[i];
+                if mine.name != upstream.name || mine.weight != upstream.weight {
                     return false;
                 }
                 distinct += 1;
             }
         }
         distinct == self.len()
+    }
+
+    /// [`EndpointSet::same_endpoints`], and in the same order: what
+    /// [`Strategy::is_ordered`] strategies need before skipping a rebuild.
+    pub fn same_sequence(&self, upstreams: &[Upstream]) -> bool {
+        self.same_endpoints(upstreams)
+            && upstreams.len() == self.len()
+            && upstreams
+                .iter()
+                .zip(self.upstreams.iter())
+                .all(|(a, b)| a == b)
     }
 
     /// Number of endpoints.
@@ -217,6 +240,10 @@ impl EndpointSet {
     ///   sent to an arbitrary pod.
     /// - [`Strategy::LeastLoaded`]: fewest in-flight requests; ties rotate
     ///   among the tied pods rather than always favouring the first.
+    /// - [`Strategy::Failover`]: the first endpoint in list order.
+    /// - [`Strategy::Weighted`]: rotation in proportion to the weights; when
+    ///   every endpoint of weight > 0 is excluded, the first backup (weight
+    ///   0) in list order.
     ///
     /// `exclude` lists indices already tried for this request: a retry after
     /// a connect failure goes to another endpoint (for hash strategies, the
@@ -238,6 +265,8 @@ impl EndpointSet {
         }
         match (strategy, key) {
             (Strategy::Default, _) => self.round_robin(exclude),
+            (Strategy::Failover, _) => self.first_usable(exclude),
+            (Strategy::Weighted, _) => self.weighted(exclude),
             (Strategy::SessionAffinity | Strategy::Prefix, Some(key)) => {
                 self.hashed(key.as_bytes(), opts, exclude)
             }
@@ -269,6 +298,33 @@ impl EndpointSet {
         (0..n)
             .map(|offset| (start + offset) % n)
             .find(|i| !exclude.contains(i))
+    }
+
+    fn first_usable(&self, exclude: &[usize]) -> Option<usize> {
+        (0..self.len()).find(|i| !exclude.contains(i))
+    }
+
+    /// Position `tick mod total weight` on the line of weighted endpoints
+    /// not excluded: each gets a share of consecutive picks equal to its
+    /// weight. Without any weighted endpoint left, the first backup.
+    fn weighted(&self, exclude: &[usize]) -> Option<usize> {
+        let usable = |i: &usize| !exclude.contains(i);
+        let total: u64 = (0..self.len())
+            .filter(usable)
+            .map(|i| u64::from(self.upstreams[i].weight))
+            .sum();
+        if total == 0 {
+            return self.first_usable(exclude);
+        }
+        let mut point = self.tick() as u64 % total;
+        for i in (0..self.len()).filter(usable) {
+            let weight = u64::from(self.upstreams[i].weight);
+            if point < weight {
+                return Some(i);
+            }
+            point -= weight;
+        }
+        self.first_usable(exclude)
     }
 
     fn least_loaded(&self, exclude: &[usize]) -> Option<usize> {
@@ -687,6 +743,79 @@ mod tests {
             })
             .collect();
         assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn failover_takes_the_list_order_and_retries_down_it() {
+        let set = EndpointSet::new(pods(3));
+        let opts = RoutingOptions::default();
+        for _ in 0..5 {
+            assert_eq!(set.select(Strategy::Failover, None, &opts, &[]), Some(0));
+        }
+        assert_eq!(set.select(Strategy::Failover, None, &opts, &[0]), Some(1));
+        assert_eq!(
+            set.select(Strategy::Failover, None, &opts, &[0, 1]),
+            Some(2)
+        );
+        assert_eq!(
+            set.select(Strategy::Failover, None, &opts, &[1, 0, 2]),
+            None
+        );
+    }
+
+    #[test]
+    fn weighted_shares_follow_weights_and_backups_wait() {
+        let all = pods(3);
+        let set = EndpointSet::new(vec![
+            all[0].clone().with_weight(3),
+            all[1].clone().with_weight(1),
+            all[2].clone().with_weight(0),
+        ]);
+        let opts = RoutingOptions::default();
+        let mut hits = [0usize; 3];
+        for _ in 0..400 {
+            hits[set.select(Strategy::Weighted, None, &opts, &[]).unwrap()] += 1;
+        }
+        assert_eq!(hits, [300, 100, 0]);
+        // A retry avoids the endpoint tried; the backup serves only when no
+        // weighted endpoint is left.
+        for _ in 0..20 {
+            assert_eq!(set.select(Strategy::Weighted, None, &opts, &[0]), Some(1));
+        }
+        assert_eq!(
+            set.select(Strategy::Weighted, None, &opts, &[0, 1]),
+            Some(2)
+        );
+        assert_eq!(
+            set.select(Strategy::Weighted, None, &opts, &[0, 1, 2]),
+            None
+        );
+        // Only backups: the first one in list order.
+        let backups = EndpointSet::new(all.iter().map(|u| u.clone().with_weight(0)).collect());
+        assert_eq!(
+            backups.select(Strategy::Weighted, None, &opts, &[]),
+            Some(0)
+        );
+        assert_eq!(
+            backups.select(Strategy::Weighted, None, &opts, &[0]),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn same_sequence_sees_order_and_weight_changes() {
+        let all = pods(3);
+        let set = EndpointSet::new(all.clone());
+        assert!(set.same_sequence(&all));
+        let mut reversed = all.clone();
+        reversed.reverse();
+        assert!(set.same_endpoints(&reversed));
+        assert!(!set.same_sequence(&reversed));
+        let mut reweighted = all.clone();
+        reweighted[1].weight = 0;
+        assert!(!set.same_endpoints(&reweighted));
+        assert!(!set.same_sequence(&reweighted));
+        assert!(!set.same_sequence(&all[..2]));
     }
 
     #[test]

@@ -49,6 +49,6 @@ pub fn routing_key(
     match strategy {
         Strategy::SessionAffinity => session_key(headers, body),
         Strategy::Prefix => prefix_key_with_limits(headers, body, limits),
-        Strategy::Default | Strategy::LeastLoaded => None,
+        Strategy::Default | Strategy::LeastLoaded | Strategy::Failover | Strategy::Weighted => None,
     }
 }

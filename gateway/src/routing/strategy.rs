@@ -22,10 +22,21 @@ pub enum Strategy {
     Prefix,
     /// Each request goes to the pod with the fewest requests in flight.
     LeastLoaded,
+    /// The first endpoint in list order; a retry takes the next one. Used by
+    /// the global mode, whose endpoints are member clusters' gateways listed
+    /// nearest (and warmest) first. Not a model annotation value.
+    Failover,
+    /// Requests spread in proportion to each endpoint's
+    /// [`Upstream::weight`](super::Upstream::weight); endpoints of weight 0 are
+    /// backups, taken in list order only when every weighted one is excluded.
+    /// Used by the global mode; not a model annotation value.
+    Weighted,
 }
 
 impl Strategy {
-    /// Every strategy, in the order they are listed in error messages.
+    /// Every strategy a model may name, in the order they are listed in
+    /// error messages. [`Strategy::Failover`] and [`Strategy::Weighted`] are
+    /// chosen by the global mode's cluster policy, never by a model.
     pub const ALL: [Strategy; 4] = [
         Strategy::Default,
         Strategy::SessionAffinity,
@@ -41,6 +52,8 @@ impl Strategy {
             Strategy::SessionAffinity => "session-affinity",
             Strategy::Prefix => "prefix",
             Strategy::LeastLoaded => "least-loaded",
+            Strategy::Failover => "failover",
+            Strategy::Weighted => "weighted",
         }
     }
 
@@ -48,6 +61,12 @@ impl Strategy {
     /// proxy skip body inspection entirely for the other strategies.
     pub const fn uses_key(self) -> bool {
         matches!(self, Strategy::SessionAffinity | Strategy::Prefix)
+    }
+
+    /// Whether the order of the endpoints is part of the routing decision,
+    /// so that a reordered endpoint list needs a rebuilt set.
+    pub const fn is_ordered(self) -> bool {
+        matches!(self, Strategy::Failover | Strategy::Weighted)
     }
 }
 
@@ -189,6 +208,9 @@ mod tests {
 
     #[test]
     fn unknown_value_lists_valid_ones() {
+        // Cluster strategies of the global mode are not model annotations.
+        assert!("failover".parse::<Strategy>().is_err());
+        assert!("weighted".parse::<Strategy>().is_err());
         let err = "round-robin".parse::<Strategy>().unwrap_err();
         assert_eq!(err.value, "round-robin");
         let message = err.to_string();

@@ -43,14 +43,41 @@ pub struct Gateway {
 impl Gateway {
     /// Starts the gateway on `yaml` with extra flags, waiting until it answers.
     pub fn start(yaml: &str, extra: &[&str]) -> Self {
+        Self::launch("--config", "models.yaml", yaml, extra)
+    }
+
+    /// Starts a global gateway (`--global`) on a GlobalProxy YAML.
+    pub fn start_global(yaml: &str, extra: &[&str]) -> Self {
+        Self::launch("--global", "global.yaml", yaml, extra)
+    }
+
+    /// Stops the gateway at once (SIGKILL), as a crashed or unreachable
+    /// cluster gateway would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts a gateway whose source the flags in `args` name (no file is
+    /// written), e.g. `--global-object NAMESPACE/NAME`.
+    pub fn start_args(args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("models.yaml");
+        Self::spawn(dir, &[], args)
+    }
+
+    fn launch(flag: &str, file: &str, yaml: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join(file);
         std::fs::write(&config, yaml).expect("write model file");
+        let source = [std::ffi::OsString::from(flag), config.into_os_string()];
+        Self::spawn(dir, &source, extra)
+    }
+
+    fn spawn(dir: tempfile::TempDir, source: &[std::ffi::OsString], extra: &[&str]) -> Self {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_flexinfer-gateway"))
-            .arg("--config")
-            .arg(&config)
+            .args(source)
             .args(["--listen", &addr.to_string()])
             .args(["--metrics-listen", &admin.to_string()])
             .args(["--threads", "2", "--reload-interval", "200ms"])

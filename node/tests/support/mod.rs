@@ -133,6 +133,14 @@ impl Machine {
         self
     }
 
+    /// Changes the VRAM in use on AMD card `index` (as after a model
+    /// loaded or unloaded).
+    pub fn set_vram_used(&self, index: u32, bytes: u64) -> &Self {
+        let device = self.sys().join(format!("class/drm/card{index}/device"));
+        write(&device.join("mem_info_vram_used"), &format!("{bytes}\n"));
+        self
+    }
+
     /// Adds a non-AMD card (an Intel integrated GPU).
     pub fn intel_card(&mut self, index: u32) -> &mut Self {
         let device = self.sys().join(format!("class/drm/card{index}/device"));

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::deployment::env_var;
-use super::{gpu_toleration, ModelPlan, CLEANUP_IMAGE, MODELS_MOUNT, PREFETCH_IMAGE};
+use super::{gpu_toleration, oci, ModelPlan, CLEANUP_IMAGE, MODELS_MOUNT, PREFETCH_IMAGE};
 
 /// Marker file a finished prefetch leaves in the model directory.
 pub const CACHED_MARKER: &str = ".flexinfer_cached";
@@ -103,14 +103,59 @@ fn cache_mount() -> VolumeMount {
     }
 }
 
-/// The Job downloading a Hugging Face model into the cache PVC.
+/// The Job filling the cache PVC: a Hugging Face download, or
+/// `flexinfer-flashload pull` for `oci://` sources (credentials from the
+/// `kubernetes.io/dockerconfigjson` Secret named by
+/// `spec.config.ociRegistrySecretRef`).
 pub fn prefetch_job(plan: &ModelPlan<'_>) -> Option<Job> {
-    let ModelSource::HuggingFace { repo } = plan.source() else {
-        return None;
-    };
     if !plan.needs_prefetch() {
         return None;
     }
+    let (container, mut volumes, security_context) = match plan.source() {
+        ModelSource::HuggingFace { repo } => (hf_container(plan, &repo), Vec::new(), None),
+        ModelSource::Oci { reference } => {
+            let pull = oci::pull(
+                &reference,
+                &plan.cache_dest(),
+                &plan.settings.flash_loader_image,
+                plan.spec.config_str(oci::SECRET_CONFIG_KEY),
+                cache_mount(),
+            );
+            (
+                pull.container,
+                pull.volume.into_iter().collect(),
+                Some(oci::security_context()),
+            )
+        }
+        _ => return None,
+    };
+    volumes.insert(0, cache_volume(plan));
+    Some(Job {
+        metadata: job_meta(
+            plan,
+            prefetch_job_name(&plan.name),
+            labels::CACHE_KIND_PREFETCH,
+        ),
+        spec: Some(JobSpec {
+            backoff_limit: Some(3),
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    restart_policy: Some("OnFailure".to_owned()),
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    security_context,
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// The container downloading a Hugging Face repository.
+fn hf_container(plan: &ModelPlan<'_>, repo: &str) -> Container {
     let dest = plan.cache_dest();
     let script = format!(
         "set -e\nif [ -f \"$DEST/{CACHED_MARKER}\" ]; then echo cached; exit 0; fi\n\
@@ -121,7 +166,7 @@ pub fn prefetch_job(plan: &ModelPlan<'_>) -> Option<Job> {
          touch \"$DEST/{CACHED_MARKER}\"\n"
     );
     let mut env = vec![
-        env_var("HF_REPO", &repo),
+        env_var("HF_REPO", repo),
         env_var("DEST", &dest),
         env_var("HF_HUB_ENABLE_HF_TRANSFER", "0"),
         env_var("HF_HOME", &format!("{MODELS_MOUNT}/.cache/huggingface")),
@@ -150,45 +195,25 @@ pub fn prefetch_job(plan: &ModelPlan<'_>) -> Option<Job> {
     if let Some(rev) = plan.spec.config_str("hfRevision").filter(|r| !r.is_empty()) {
         env.push(env_var("HF_REVISION", rev));
     }
-    Some(Job {
-        metadata: job_meta(
-            plan,
-            prefetch_job_name(&plan.name),
-            labels::CACHE_KIND_PREFETCH,
-        ),
-        spec: Some(JobSpec {
-            backoff_limit: Some(3),
-            template: PodTemplateSpec {
-                metadata: None,
-                spec: Some(PodSpec {
-                    restart_policy: Some("OnFailure".to_owned()),
-                    containers: vec![Container {
-                        name: "downloader".to_owned(),
-                        image: Some(PREFETCH_IMAGE.to_owned()),
-                        command: Some(vec!["sh".to_owned(), "-c".to_owned(), script]),
-                        env: Some(env),
-                        resources: Some(ResourceRequirements {
-                            requests: Some(BTreeMap::from([
-                                ("cpu".to_owned(), Quantity("100m".to_owned())),
-                                ("memory".to_owned(), Quantity("1Gi".to_owned())),
-                            ])),
-                            limits: Some(BTreeMap::from([(
-                                "memory".to_owned(),
-                                Quantity("8Gi".to_owned()),
-                            )])),
-                            ..Default::default()
-                        }),
-                        volume_mounts: Some(vec![cache_mount()]),
-                        ..Default::default()
-                    }],
-                    volumes: Some(vec![cache_volume(plan)]),
-                    ..Default::default()
-                }),
-            },
+    Container {
+        name: "downloader".to_owned(),
+        image: Some(PREFETCH_IMAGE.to_owned()),
+        command: Some(vec!["sh".to_owned(), "-c".to_owned(), script]),
+        env: Some(env),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity("100m".to_owned())),
+                ("memory".to_owned(), Quantity("1Gi".to_owned())),
+            ])),
+            limits: Some(BTreeMap::from([(
+                "memory".to_owned(),
+                Quantity("8Gi".to_owned()),
+            )])),
             ..Default::default()
         }),
-        status: None,
-    })
+        volume_mounts: Some(vec![cache_mount()]),
+        ..Default::default()
+    }
 }
 
 /// The Job quantizing the cached model (`spec.quantize`). With

@@ -9,6 +9,7 @@ pub mod args;
 pub mod cache;
 pub mod deployment;
 pub mod model_cache;
+pub mod oci;
 pub mod service;
 
 use std::collections::BTreeMap;
@@ -190,7 +191,10 @@ impl<'a> ModelPlan<'a> {
     /// Whether the source is fetched into the cache by a prefetch Job.
     pub fn needs_prefetch(&self) -> bool {
         self.needs_volume()
-            && matches!(self.source(), ModelSource::HuggingFace { .. })
+            && matches!(
+                self.source(),
+                ModelSource::HuggingFace { .. } | ModelSource::Oci { .. }
+            )
             && self.cache_strategy() == CacheStrategy::SharedPvc
     }
 
@@ -227,6 +231,13 @@ impl<'a> ModelPlan<'a> {
                         _ => {}
                     }
                 }
+                match gguf {
+                    Some(file) => format!("{dest}/{file}"),
+                    None => dest,
+                }
+            }
+            ModelSource::Oci { .. } if self.cache_strategy() == CacheStrategy::SharedPvc => {
+                let dest = self.cache_dest();
                 match gguf {
                     Some(file) => format!("{dest}/{file}"),
                     None => dest,

@@ -15,9 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use super::deployment::env_var;
+use super::{oci, BuildSettings};
 
-/// Image pulling OCI artifacts.
-pub const ORAS_IMAGE: &str = "ghcr.io/oras-project/oras:v1.2.2";
 /// Image of Hugging Face downloads.
 pub const HF_IMAGE: &str = "python:3.10-slim";
 
@@ -94,29 +93,69 @@ pub fn pvc(cache: &ModelCache) -> Option<PersistentVolumeClaim> {
     })
 }
 
-/// The Job downloading the source into the PVC.
-pub fn download_job(cache: &ModelCache) -> Job {
+/// The Job downloading the source into the PVC: `flexinfer-flashload
+/// pull` (from the flash-loader image of `settings`) for `oci://` and
+/// `oras://` sources, with `ociRegistrySecretRef` mounted; a Hugging Face
+/// download otherwise.
+pub fn download_job(cache: &ModelCache, settings: &BuildSettings) -> Job {
     let dest = format!("/models/{}", model_path(cache));
     let source = cache.spec.source.trim().to_owned();
-    let (image, script) = if cache.spec.is_oci_source() {
+    let store_mount = VolumeMount {
+        name: "model-store".to_owned(),
+        mount_path: "/models".to_owned(),
+        ..Default::default()
+    };
+    let store_volume = Volume {
+        name: "model-store".to_owned(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: pvc_name(cache),
+            read_only: None,
+        }),
+        ..Default::default()
+    };
+    if cache.spec.is_oci_source() {
         let reference = source
             .split_once("://")
             .map_or(source.as_str(), |(_, r)| r)
             .to_owned();
-        (
-            ORAS_IMAGE,
-            format!("set -e\nmkdir -p \"$DEST\"\nfor i in 1 2 3; do oras pull \"{reference}\" -o \"$DEST\" && exit 0; sleep $((10 * i)); done\nexit 1\n"),
-        )
-    } else {
-        let repo = source
-            .split_once("://")
-            .map_or(source.as_str(), |(_, r)| r)
-            .to_owned();
-        (
-            HF_IMAGE,
-            format!("set -e\nif [ -n \"$(ls -A \"$DEST\" 2>/dev/null)\" ]; then echo cached; exit 0; fi\npip install --quiet huggingface_hub\npython -c \"import os; from huggingface_hub import snapshot_download; snapshot_download('{repo}', local_dir=os.environ['DEST'])\"\n"),
-        )
-    };
+        let pull = oci::pull(
+            &reference,
+            &dest,
+            &settings.flash_loader_image,
+            cache.spec.oci_registry_secret_ref.as_deref(),
+            store_mount,
+        );
+        let mut meta = meta(cache, job_name(cache));
+        if let Some(labels) = meta.labels.as_mut() {
+            labels.insert(
+                "app.kubernetes.io/component".to_owned(),
+                "oci-puller".to_owned(),
+            );
+        }
+        return Job {
+            metadata: meta,
+            spec: Some(JobSpec {
+                backoff_limit: Some(3),
+                template: PodTemplateSpec {
+                    metadata: None,
+                    spec: Some(PodSpec {
+                        restart_policy: Some("OnFailure".to_owned()),
+                        containers: vec![pull.container],
+                        volumes: Some(std::iter::once(store_volume).chain(pull.volume).collect()),
+                        security_context: Some(oci::security_context()),
+                        ..Default::default()
+                    }),
+                },
+                ..Default::default()
+            }),
+            status: None,
+        };
+    }
+    let repo = source
+        .split_once("://")
+        .map_or(source.as_str(), |(_, r)| r)
+        .to_owned();
+    let script = format!("set -e\nif [ -n \"$(ls -A \"$DEST\" 2>/dev/null)\" ]; then echo cached; exit 0; fi\npip install --quiet huggingface_hub\npython -c \"import os; from huggingface_hub import snapshot_download; snapshot_download('{repo}', local_dir=os.environ['DEST'])\"\n");
     let mut env = vec![
         env_var("DEST", &dest),
         env_var("HF_HUB_ENABLE_HF_TRANSFER", "0"),
@@ -145,7 +184,7 @@ pub fn download_job(cache: &ModelCache) -> Job {
                     restart_policy: Some("OnFailure".to_owned()),
                     containers: vec![Container {
                         name: "downloader".to_owned(),
-                        image: Some(image.to_owned()),
+                        image: Some(HF_IMAGE.to_owned()),
                         command: Some(vec!["sh".to_owned(), "-c".to_owned(), script]),
                         env: Some(env),
                         resources: Some(ResourceRequirements {
@@ -159,21 +198,10 @@ pub fn download_job(cache: &ModelCache) -> Job {
                             )])),
                             ..Default::default()
                         }),
-                        volume_mounts: Some(vec![VolumeMount {
-                            name: "model-store".to_owned(),
-                            mount_path: "/models".to_owned(),
-                            ..Default::default()
-                        }]),
+                        volume_mounts: Some(vec![store_mount]),
                         ..Default::default()
                     }],
-                    volumes: Some(vec![Volume {
-                        name: "model-store".to_owned(),
-                        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                            claim_name: pvc_name(cache),
-                            read_only: None,
-                        }),
-                        ..Default::default()
-                    }]),
+                    volumes: Some(vec![store_volume]),
                     ..Default::default()
                 }),
             },

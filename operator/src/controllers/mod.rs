@@ -4,7 +4,8 @@
 //! One module per controller: [`model`] (v1alpha2 Model), [`gpu_group`]
 //! (v1alpha1 GPUGroup), [`model_cache`] (v1alpha1 ModelCache),
 //! [`model_deployment`] (legacy v1alpha1 ModelDeployment, converted to the
-//! Model path) and [`lora`] (v1alpha2 LoRAAdapter). Owned objects are
+//! Model path) and [`lora`] (v1alpha2 LoRAAdapter); with federation on,
+//! [`cluster`] and [`federated_model`] (see [`federation`]). Owned objects are
 //! written with server-side apply, one field manager per controller, and
 //! only when they differ from what is there ([`apply`]).
 //!
@@ -13,11 +14,15 @@
 
 pub mod apply;
 pub mod clock;
+pub mod cluster;
 pub mod conditions;
 pub mod events;
+pub mod federated_model;
+pub mod federation;
 pub mod gpu_group;
 pub mod leader;
 pub mod lora;
+pub mod member_clients;
 pub mod metrics;
 pub mod model;
 pub mod model_cache;
@@ -97,6 +102,8 @@ pub struct ControllerSettings {
     pub ready: Arc<AtomicBool>,
     /// Name of the event reporter (`reportingController`).
     pub reporter: String,
+    /// Run the Cluster and FederatedModel controllers (`None`: off).
+    pub federation: Option<federation::FederationSettings>,
 }
 
 impl Default for ControllerSettings {
@@ -111,6 +118,7 @@ impl Default for ControllerSettings {
             kv_cache_scrape: true,
             ready: Arc::new(AtomicBool::new(false)),
             reporter: "flexinfer-operator".to_owned(),
+            federation: None,
         }
     }
 }
@@ -122,6 +130,7 @@ impl std::fmt::Debug for ControllerSettings {
             .field("namespace", &self.namespace)
             .field("leader_election", &self.leader_election)
             .field("check_crds", &self.check_crds)
+            .field("federation", &self.federation)
             .finish_non_exhaustive()
     }
 }
@@ -233,6 +242,9 @@ pub async fn run(
     let shutdown = shutdown.boxed().shared();
     if settings.check_crds {
         check_crds(&client).await?;
+        if settings.federation.is_some() {
+            check_crds_named(&client, &federation::REQUIRED_CRDS).await?;
+        }
     }
     let ctx = Context::new(client.clone(), settings)?;
     let lease = match ctx.settings.leader_election.clone() {
@@ -252,6 +264,19 @@ pub async fn run(
         gpu_group::run(ctx.clone(), shutdown.clone()),
         model_cache::run(ctx.clone(), shutdown.clone()),
         lora::run(ctx.clone(), shutdown.clone()),
+    );
+    let federation = {
+        let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
+        async move {
+            if let Some(settings) = ctx.settings.federation.clone() {
+                federation::run(ctx, settings, shutdown).await;
+            }
+        }
+    };
+    let controllers = futures::future::join(controllers, federation);
+    let controllers = futures::future::join(
+        controllers,
+        crate::catalog::run(ctx.clone(), shutdown.clone()),
     );
     let result = match lease {
         Some(held) => {

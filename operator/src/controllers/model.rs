@@ -300,14 +300,17 @@ pub fn shared_role(model: &Model, members: &[Model], now: SystemTime) -> Option<
     })
 }
 
-/// The serverless policy of a model.
+/// The serverless policy of a model. Replicas while active: the
+/// `flexinfer.ai/replicas` annotation (a federated model's share on this
+/// cluster), else 1.
 pub fn serverless_policy(model: &Model) -> ServerlessPolicy {
     let spec = &model.spec;
     ServerlessPolicy {
         enabled: spec.is_serverless(),
         idle_timeout: spec.idle_timeout(),
         min_replicas: u32::try_from(spec.min_replicas()).unwrap_or(0),
-        active_replicas: 1,
+        active_replicas: crate::federation::annotated_replicas(model.metadata.annotations.as_ref())
+            .unwrap_or(1),
     }
 }
 

@@ -72,9 +72,13 @@ async fn reconcile_inner(cache: Arc<ModelCache>, ctx: Arc<Context>) -> Result<Ac
                 apply_owned(&pvcs, MANAGER, &pvc).await?;
             }
             let jobs: Api<Job> = ctx.api(&ns);
-            let job = apply_owned(&jobs, MANAGER, &builders::download_job(&cache))
-                .await?
-                .object;
+            let job = apply_owned(
+                &jobs,
+                MANAGER,
+                &builders::download_job(&cache, &ctx.settings.build),
+            )
+            .await?
+            .object;
             let st = job.status.clone().unwrap_or_default();
             let backoff = job.spec.as_ref().and_then(|s| s.backoff_limit).unwrap_or(6);
             if st.succeeded.unwrap_or(0) > 0 {
@@ -84,6 +88,14 @@ async fn reconcile_inner(cache: Arc<ModelCache>, ctx: Arc<Context>) -> Result<Ac
                     builders::model_path(&cache)
                 );
                 status.path = Some(path.clone());
+                if cache.spec.is_oci_source() {
+                    status.oci_registry =
+                        flexinfer_flashload::oci::Reference::parse(&cache.spec.source)
+                            .ok()
+                            .map(|r| r.registry);
+                    status.oci_pulled_at =
+                        st.completion_time.clone().or(prev.oci_pulled_at.clone());
+                }
                 (
                     ModelCachePhase::Ready,
                     format!("Model cached successfully at {path}"),
