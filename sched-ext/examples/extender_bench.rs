@@ -1,15 +1,19 @@
 //! Latency of `/filter` + `/prioritize` for 1,000 full Node objects.
 //!
 //! ```sh
-//! cargo run --release -p flexinfer-sched --example extender_bench [-- ITERATIONS [NODES]]
+//! cargo run --release -p flexinfer-sched --example extender_bench [-- ITERATIONS [NODES [PARTS]]]
 //! ```
+//!
+//! PARTS is a comma-separated choice of `floor`, `in-process`, `http` and
+//! `node-cache` (default: all).
 //!
 //! Measures each call in-process (request bytes → response: decoding,
 //! decisions, encoding; the filter answer leaves passing nodes in the
 //! request, as the HTTP layer sends them, and is also timed copied into
-//! one buffer) and over loopback HTTP (axum server, reqwest
-//! client), with full Node objects in the request, then in-process with
-//! node names only (`nodeCacheCapable`), and prints the median and p99 of
+//! one buffer), once with unchanged nodes known from earlier calls and
+//! once reading every node; then over loopback HTTP (axum server, reqwest
+//! client), with full Node objects in the request; then in-process with
+//! node names only (`nodeCacheCapable`). Prints the median and p99 of
 //! filter, prioritize and the two together.
 
 #[path = "../tests/support/mod.rs"]
@@ -27,6 +31,10 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let iterations: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(300);
     let node_count: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let parts = args
+        .next()
+        .unwrap_or_else(|| "floor,in-process,http,node-cache".into());
+    let run = |part: &str| parts.split(',').any(|p| p == part);
 
     let nodes = support::nodes(node_count);
     let body = support::extender_args(&support::pod(), &nodes);
@@ -37,11 +45,29 @@ fn main() {
 
     let extender = Arc::new(new_extender());
 
-    // The floor: one serde_json pass over the body, decoding nothing.
+    if run("floor") {
+        floor(&body, iterations);
+    }
+    if run("in-process") {
+        // Unchanged nodes are known after the first call.
+        in_process("in-process, nodes known", &extender, &body, iterations);
+        let cold = new_extender().with_known_nodes(0);
+        in_process("in-process, every node read", &cold, &body, iterations);
+    }
+    if run("http") {
+        http(&extender, &body, iterations);
+    }
+    if run("node-cache") {
+        node_cache(&nodes, iterations);
+    }
+}
+
+/// One serde_json pass over the body, decoding nothing.
+fn floor(body: &[u8], iterations: usize) {
     let mut scan = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let start = Instant::now();
-        let _: serde::de::IgnoredAny = serde_json::from_slice(&body).expect("valid JSON");
+        let _: serde::de::IgnoredAny = serde_json::from_slice(body).expect("valid JSON");
         scan.push(start.elapsed());
     }
     let (median, p99) = percentiles(&scan);
@@ -50,40 +76,44 @@ fn main() {
         ms(median),
         ms(p99)
     );
+}
 
-    // In-process.
+/// Request bytes to response, in this process.
+fn in_process(label: &str, extender: &Extender, body: &[u8], iterations: usize) {
     let mut filter = Vec::with_capacity(iterations);
     let mut prioritize = Vec::with_capacity(iterations);
     for _ in 0..iterations.min(20) {
-        extender.filter_response(&body);
-        extender.prioritize(&body).expect("prioritize");
+        extender.filter_response(body);
+        extender.prioritize(body).expect("prioritize");
     }
     let mut joined = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         // What the HTTP layer does: passing nodes stay in the request.
         let start = Instant::now();
-        let out = extender.filter_response(&body);
+        let out = extender.filter_response(body);
         filter.push(start.elapsed());
         assert!(!out.is_empty());
         // The same answer copied into one buffer, for comparison.
         let start = Instant::now();
-        let out = extender.filter(&body);
+        let out = extender.filter(body);
         joined.push(start.elapsed());
         assert!(!out.is_empty());
         let start = Instant::now();
-        let out = extender.prioritize(&body).expect("prioritize");
+        let out = extender.prioritize(body).expect("prioritize");
         prioritize.push(start.elapsed());
         assert!(!out.is_empty());
     }
-    report("in-process", &filter, &prioritize);
+    report(label, &filter, &prioritize);
     let (median, p99) = percentiles(&joined);
     println!(
         "  filter, copied into one buffer: median {:>7.3} ms   p99 {:>7.3} ms",
         ms(median),
         ms(p99)
     );
+}
 
-    // Loopback HTTP.
+/// Through the server's router over loopback.
+fn http(extender: &Arc<Extender>, body: &[u8], iterations: usize) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let (filter, prioritize) = runtime.block_on(async {
         let app = server::router(extender.clone(), 256 * 1024 * 1024);
@@ -93,7 +123,7 @@ fn main() {
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move { axum::serve(listener, app).await });
         let client = reqwest::Client::new();
-        let body = axum::body::Bytes::from(body.clone());
+        let body = axum::body::Bytes::copy_from_slice(body);
         let call = |path: &'static str| {
             let client = client.clone();
             let body = body.clone();
@@ -124,8 +154,10 @@ fn main() {
         (filter, prioritize)
     });
     report("loopback HTTP", &filter, &prioritize);
+}
 
-    // nodeCacheCapable: only names travel; nodes come from the cache.
+/// `nodeCacheCapable`: only names travel; nodes come from the cache.
+fn node_cache(nodes: &[serde_json::Value], iterations: usize) {
     let cache = StaticNodeSource::new(
         nodes
             .iter()

@@ -179,15 +179,26 @@ pub struct NodeMetaView<'a> {
 }
 
 impl<'a> NodeView<'a> {
-    /// Reads one node item from its JSON text, scanning `metadata` only
-    /// as far as needed: reading stops once the name, labels and
-    /// annotations are known (Go writes them before `managedFields`, and
-    /// `metadata` before `spec` and `status`), so the bulk of a full Node
-    /// is not read twice. See [`crate::scan::node_metadata`].
+    /// Reads one node item from its JSON text with the scanner: the name
+    /// and `flexinfer.ai/` labels and annotations are read, the rest of
+    /// the node (managed fields, `spec`, `status`) is skipped without
+    /// being decoded. See [`crate::scan::node_metadata`].
     pub fn parse(raw: &'a str) -> Result<Self, crate::scan::ScanError> {
         Ok(NodeView {
             metadata: crate::scan::node_metadata(raw)?,
         })
+    }
+
+    /// A copy that borrows nothing.
+    pub fn to_owned_view(&self) -> NodeView<'static> {
+        let meta = &self.metadata;
+        NodeView {
+            metadata: NodeMetaView {
+                name: Cow::Owned(meta.name.to_string()),
+                labels: meta.labels.to_owned_map(),
+                annotations: meta.annotations.to_owned_map(),
+            },
+        }
     }
 }
 
@@ -202,6 +213,16 @@ impl<'a> PrefixedMap<'a> {
         if key.starts_with(PREFIX) {
             self.0.push((key, value));
         }
+    }
+
+    /// A copy that borrows nothing.
+    pub fn to_owned_map(&self) -> PrefixedMap<'static> {
+        PrefixedMap(
+            self.0
+                .iter()
+                .map(|(k, v)| (Cow::Owned(k.to_string()), Cow::Owned(v.to_string())))
+                .collect(),
+        )
     }
 
     /// The value of `key`.

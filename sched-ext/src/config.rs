@@ -77,6 +77,12 @@ pub struct ExtenderConfig {
     /// (extender configured `nodeCacheCapable: true`) can be answered.
     #[arg(long, env = "SCHED_NODE_CACHE", default_value_t = false, action = clap::ArgAction::Set)]
     pub node_cache: bool,
+
+    /// Nodes whose metadata is remembered between requests, by name, uid
+    /// and resourceVersion, so that unchanged nodes are not read again;
+    /// 0 reads every node of every request.
+    #[arg(long, env = "SCHED_KNOWN_NODES", default_value_t = crate::scan::known::DEFAULT_CAPACITY)]
+    pub known_nodes: usize,
 }
 
 impl ExtenderConfig {

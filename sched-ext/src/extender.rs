@@ -23,7 +23,7 @@ use crate::filter::{self, Rejection};
 use crate::metrics::{Metrics, Verb};
 use crate::normalize::normalize;
 use crate::response::FilterResponse;
-use crate::scan;
+use crate::scan::{self, KnownNodes, ScannedView};
 use crate::score::{raw_score, ScoreInputs, Weights};
 use crate::tenant::{self, FairShare, NoTenantUsage, TenantUsage};
 use crate::tps::{TpsLookup, TpsSource};
@@ -113,8 +113,16 @@ struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    fn parse(body: &'a [u8]) -> Result<Self, RequestError> {
-        let spans = scan::args(body).map_err(|err| RequestError::Body(err.to_string()))?;
+    fn parse(body: &'a [u8], known: &KnownNodes, metrics: &Metrics) -> Result<Self, RequestError> {
+        let spans = scan::args_with(body, Some(known))
+            .map_err(|err| RequestError::Body(err.to_string()))?;
+        if let Some(nodes) = &spans.nodes {
+            let known = nodes
+                .iter()
+                .filter(|node| matches!(node.view, ScannedView::Known(_)))
+                .count();
+            metrics.observe_node_reads(nodes.len() - known, known);
+        }
         let pod: Option<Pod> = spans
             .pod
             .map(serde_json::from_str)
@@ -142,6 +150,7 @@ pub struct Extender {
     tps: Arc<dyn TpsSource>,
     nodes: Option<Arc<dyn NodeSource>>,
     tenants: Arc<dyn TenantUsage>,
+    known: KnownNodes,
     metrics: Metrics,
 }
 
@@ -154,6 +163,7 @@ impl Extender {
             tps,
             nodes: None,
             tenants: Arc::new(NoTenantUsage),
+            known: KnownNodes::default(),
             metrics: Metrics::new(),
         }
     }
@@ -161,6 +171,13 @@ impl Extender {
     /// Answers `NodeNames` requests from `nodes`.
     pub fn with_nodes(mut self, nodes: Arc<dyn NodeSource>) -> Self {
         self.nodes = Some(nodes);
+        self
+    }
+
+    /// Remembers the metadata of at most `capacity` nodes between requests
+    /// (see [`KnownNodes`]; 0 reads every node of every request).
+    pub fn with_known_nodes(mut self, capacity: usize) -> Self {
+        self.known = KnownNodes::new(capacity);
         self
     }
 
@@ -215,7 +232,7 @@ impl Extender {
     }
 
     fn filter_body(&self, body: &[u8]) -> Result<FilterResponse, RequestError> {
-        let request = Request::parse(body)?;
+        let request = Request::parse(body, &self.known, &self.metrics)?;
         let pod = &request.pod;
         let mut result = ExtenderFilterResult::default();
         let mut rejections: Vec<&'static str> = Vec::new();
@@ -286,7 +303,7 @@ impl Extender {
     }
 
     fn prioritize_body(&self, body: &[u8]) -> Result<Vec<u8>, RequestError> {
-        let request = Request::parse(body)?;
+        let request = Request::parse(body, &self.known, &self.metrics)?;
         let pod = &request.pod;
 
         let cached: Vec<Option<Arc<Node>>>;

@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod body;
 pub mod cli;
 pub mod config;
 pub mod extender;

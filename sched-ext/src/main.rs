@@ -30,7 +30,8 @@ async fn main() -> anyhow::Result<()> {
         fair_share: config.fair_share(),
         benchmark_config_map: config.benchmark_results_configmap.clone(),
     };
-    let mut extender = Extender::new(settings, Arc::new(config_maps));
+    let mut extender =
+        Extender::new(settings, Arc::new(config_maps)).with_known_nodes(config.known_nodes);
     if config.node_cache {
         let (nodes, watch_nodes) = watch::nodes(client.clone());
         tokio::spawn(watch_nodes);

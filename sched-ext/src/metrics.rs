@@ -26,6 +26,7 @@ pub struct Metrics {
     requests: IntCounterVec,
     decisions: IntCounterVec,
     rejections: IntCounterVec,
+    node_reads: IntCounterVec,
     duration: HistogramVec,
     tenant_usage: GaugeVec,
     tenant_adjustment: GaugeVec,
@@ -78,6 +79,15 @@ impl Metrics {
             &["reason"],
         )
         .expect("valid metric");
+        let node_reads = IntCounterVec::new(
+            Opts::new(
+                "flexinfer_scheduler_node_metadata_total",
+                "Nodes in requests whose metadata was read from the request, or known \
+                 from an earlier one (same name, uid and resourceVersion).",
+            ),
+            &["source"],
+        )
+        .expect("valid metric");
         let duration = HistogramVec::new(
             HistogramOpts::new(
                 "flexinfer_scheduler_request_duration_seconds",
@@ -109,6 +119,7 @@ impl Metrics {
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(decisions.clone()),
             Box::new(rejections.clone()),
+            Box::new(node_reads.clone()),
             Box::new(duration.clone()),
             Box::new(tenant_usage.clone()),
             Box::new(tenant_adjustment.clone()),
@@ -120,6 +131,7 @@ impl Metrics {
             requests,
             decisions,
             rejections,
+            node_reads,
             duration,
             tenant_usage,
             tenant_adjustment,
@@ -148,6 +160,16 @@ impl Metrics {
         for reason in rejections {
             self.rejections.with_label_values(&[reason]).inc();
         }
+    }
+
+    /// Records how many nodes of one request were read and how many known.
+    pub fn observe_node_reads(&self, read: usize, known: usize) {
+        self.node_reads
+            .with_label_values(&["request"])
+            .inc_by(read as u64);
+        self.node_reads
+            .with_label_values(&["known"])
+            .inc_by(known as u64);
     }
 
     /// Records a tenant's fair-share figures.

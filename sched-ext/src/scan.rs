@@ -19,8 +19,16 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use flexinfer_crds::labels::PREFIX;
+
+mod items;
+pub mod known;
+
+use known::KnownMap;
+pub use known::{Identity, KnownNodes};
 
 use crate::api::{NodeMetaView, NodeView, PrefixedMap};
 
@@ -59,19 +67,60 @@ pub struct ScannedNode<'a> {
     /// never read as text).
     pub raw: &'a [u8],
     /// Its name and `flexinfer.ai/` labels and annotations.
-    pub view: NodeView<'a>,
+    pub view: ScannedView<'a>,
+    /// Its name, uid and `resourceVersion` as written.
+    pub identity: Identity<'a>,
+}
+
+/// A node's view: read from the request, or known from an earlier one
+/// (see [`KnownNodes`]).
+#[derive(Debug)]
+pub enum ScannedView<'a> {
+    /// Read from this request.
+    Read(NodeView<'a>),
+    /// The same node (name, uid, `resourceVersion`) was read before.
+    Known(Arc<NodeView<'static>>),
+}
+
+impl<'a> Deref for ScannedView<'a> {
+    type Target = NodeView<'a>;
+
+    fn deref(&self) -> &NodeView<'a> {
+        match self {
+            ScannedView::Read(view) => view,
+            ScannedView::Known(view) => view,
+        }
+    }
 }
 
 /// Splits an `ExtenderArgs` body into its parts in one pass, reading each
 /// node's metadata on the way. Keys match case-insensitively, as Go's
 /// decoder does; unknown keys are skipped.
 pub fn args(body: &[u8]) -> Result<Args<'_>, ScanError> {
+    args_with(body, None)
+}
+
+/// Like [`args`], taking the views of nodes in `known` from there
+/// (skipping the rest of their metadata) and keeping there the views of
+/// nodes read.
+pub fn args_with<'a>(body: &'a [u8], known: Option<&KnownNodes>) -> Result<Args<'a>, ScanError> {
+    let known = known.filter(|known| known.capacity() > 0);
+    let guard = known.map(KnownNodes::read);
+    let args = args_in(body, guard.as_deref())?;
+    drop(guard);
+    if let (Some(known), Some(nodes)) = (known, &args.nodes) {
+        known.remember(nodes);
+    }
+    Ok(args)
+}
+
+fn args_in<'a>(body: &'a [u8], known: Option<&KnownMap>) -> Result<Args<'a>, ScanError> {
     let bytes = body;
     let start = skip_ws(bytes, 0);
     let mut args = Args::default();
     let end = object_members(bytes, start, |key, value_start| {
         if key.eq_ignore_ascii_case(b"Nodes") {
-            let (items, end) = node_list(body, value_start)?;
+            let (items, end) = node_list(body, value_start, known)?;
             args.nodes = items;
             return Ok(end);
         }
@@ -92,7 +141,11 @@ pub fn args(body: &[u8]) -> Result<Args<'_>, ScanError> {
 /// The items of the `NodeList` value at `at` (`None` for `null`) and the
 /// offset after it.
 #[allow(clippy::type_complexity)]
-fn node_list(body: &[u8], at: usize) -> Result<(Option<Vec<ScannedNode<'_>>>, usize), ScanError> {
+fn node_list<'a>(
+    body: &'a [u8],
+    at: usize,
+    known: Option<&KnownMap>,
+) -> Result<(Option<Vec<ScannedNode<'a>>>, usize), ScanError> {
     let bytes = body;
     if bytes.get(at..at + 4) == Some(b"null") {
         return Ok((None, at + 4));
@@ -105,14 +158,9 @@ fn node_list(body: &[u8], at: usize) -> Result<(Option<Vec<ScannedNode<'_>>>, us
         if bytes.get(value_start..value_start + 4) == Some(b"null") {
             return Ok(value_start + 4);
         }
-        array_elements(bytes, value_start, |item_start| {
-            let (metadata, end) = node_object(body, item_start)?;
-            items.push(ScannedNode {
-                raw: slice(body, (item_start, end))?,
-                view: NodeView { metadata },
-            });
-            Ok(end)
-        })
+        let (scanned, end) = items::node_items(body, value_start, known)?;
+        items = scanned;
+        Ok(end)
     })?;
     Ok((Some(items), end))
 }
@@ -121,34 +169,84 @@ fn node_list(body: &[u8], at: usize) -> Result<(Option<Vec<ScannedNode<'_>>>, us
 /// given as JSON text.
 pub fn node_metadata(raw: &str) -> Result<NodeMetaView<'_>, ScanError> {
     let start = skip_ws(raw.as_bytes(), 0);
-    let (metadata, end) = node_object(raw.as_bytes(), start)?;
-    if skip_ws(raw.as_bytes(), end) != raw.len() {
-        return Err(error("end of input", end));
+    let node = node_object(raw.as_bytes(), start, None)?;
+    if skip_ws(raw.as_bytes(), node.end) != raw.len() {
+        return Err(error("end of input", node.end));
     }
-    Ok(metadata)
+    Ok(node.read.metadata)
 }
 
-/// Reads the node object at `at`; returns its metadata view and the offset
-/// after it.
-fn node_object(body: &[u8], at: usize) -> Result<(NodeMetaView<'_>, usize), ScanError> {
+/// What [`node_object`] found.
+struct NodeObject<'a> {
+    /// The metadata read (partly, when the node was known).
+    read: NodeView<'a>,
+    /// The view of the known node with this identity.
+    known: Option<Arc<NodeView<'static>>>,
+    identity: Identity<'a>,
+    /// The offset after the object.
+    end: usize,
+}
+
+impl<'a> NodeObject<'a> {
+    fn into_scanned(self, raw: &'a [u8]) -> ScannedNode<'a> {
+        ScannedNode {
+            raw,
+            view: match self.known {
+                Some(view) => ScannedView::Known(view),
+                None => ScannedView::Read(self.read),
+            },
+            identity: self.identity,
+        }
+    }
+}
+
+/// Reads the node object at `at`: its name, uid, `resourceVersion` and
+/// `flexinfer.ai/` labels and annotations. Once the identity is complete
+/// and `known` has the node, the rest of `metadata` is skipped.
+fn node_object<'a>(
+    body: &'a [u8],
+    at: usize,
+    known: Option<&KnownMap>,
+) -> Result<NodeObject<'a>, ScanError> {
     let bytes = body;
     let mut metadata = NodeMetaView::default();
+    let mut identity = Identity::default();
+    let mut found = None;
     let end = object_members(bytes, at, |key, value_start| {
         if key != b"metadata" {
             return value_end(bytes, value_start);
         }
-        object_members(bytes, value_start, |key, value_start| match key {
-            b"name" => {
-                let end = string_end_checked(bytes, value_start)?;
+        object_members(bytes, value_start, |key, value_start| {
+            let part = match key {
+                b"name" => &mut identity.name,
+                b"uid" => &mut identity.uid,
+                b"resourceVersion" => &mut identity.resource_version,
+                b"labels" => return string_map(body, value_start, &mut metadata.labels),
+                b"annotations" => return string_map(body, value_start, &mut metadata.annotations),
+                _ => return value_end(bytes, value_start),
+            };
+            let end = string_end_checked(bytes, value_start)?;
+            *part = bytes.get(value_start + 1..end - 1);
+            if key == b"name" {
                 metadata.name = string_value(body, value_start, end)?;
-                Ok(end)
             }
-            b"labels" => string_map(body, value_start, &mut metadata.labels),
-            b"annotations" => string_map(body, value_start, &mut metadata.annotations),
-            _ => value_end(bytes, value_start),
+            let Some(view) = known
+                .filter(|_| found.is_none())
+                .and_then(|map| known::lookup(map, &identity))
+            else {
+                return Ok(end);
+            };
+            found = Some(view);
+            // Skip to the `}` that closes `metadata`.
+            container_end_from(bytes, end, b'{', b'}', 1).map(|after| after - 1)
         })
     })?;
-    Ok((metadata, end))
+    Ok(NodeObject {
+        read: NodeView { metadata },
+        known: found,
+        identity,
+        end,
+    })
 }
 
 /// Reads the `flexinfer.ai/` entries of the string map (or `null`) at `at`
@@ -274,32 +372,6 @@ fn object_members<'b>(
             Some(b',') => at = skip_ws(bytes, at + 1),
             Some(b'}') => return Ok(at + 1),
             _ => return Err(error("',' or '}'", at)),
-        }
-    }
-}
-
-/// Calls `element(start)` for each element of the array starting at `at`;
-/// the callback consumes the element and returns the offset after it.
-/// Returns the offset after `]`.
-fn array_elements(
-    bytes: &[u8],
-    at: usize,
-    mut element: impl FnMut(usize) -> Result<usize, ScanError>,
-) -> Result<usize, ScanError> {
-    if bytes.get(at) != Some(&b'[') {
-        return Err(error("an array", at));
-    }
-    let mut at = skip_ws(bytes, at + 1);
-    if bytes.get(at) == Some(&b']') {
-        return Ok(at + 1);
-    }
-    loop {
-        let end = element(at)?;
-        at = skip_ws(bytes, end);
-        match bytes.get(at) {
-            Some(b',') => at = skip_ws(bytes, at + 1),
-            Some(b']') => return Ok(at + 1),
-            _ => return Err(error("',' or ']'", at)),
         }
     }
 }
@@ -453,12 +525,25 @@ fn prefix_xor(mut x: u64) -> u64 {
 /// and the brackets outside strings counted. Only its own bracket kind is
 /// counted: in well-formed JSON each kind balances on its own.
 fn container_end(bytes: &[u8], at: usize, open: u8, close: u8) -> Result<usize, ScanError> {
+    container_end_from(bytes, at, open, close, 0)
+}
+
+/// Like [`container_end`], starting `depth` brackets deep at `at` (outside
+/// any string): with depth 1, the offset after the bracket that closes
+/// the container `at` is in.
+fn container_end_from(
+    bytes: &[u8],
+    at: usize,
+    open: u8,
+    close: u8,
+    depth: usize,
+) -> Result<usize, ScanError> {
     #[cfg(target_arch = "x86_64")]
     if let Some(avx2) = Avx2::detect() {
         // SAFETY: `Avx2::detect` found AVX2 and POPCNT on this CPU.
-        return unsafe { container_end_avx2(avx2, bytes, at, open, close) };
+        return unsafe { container_end_avx2(avx2, bytes, at, open, close, depth) };
     }
-    container_end_with(Baseline, bytes, at, open, close)
+    container_end_with(Baseline, bytes, at, open, close, depth)
 }
 
 /// [`container_end`] compiled for AVX2 and POPCNT (bracket counts are
@@ -471,8 +556,9 @@ fn container_end_avx2(
     at: usize,
     open: u8,
     close: u8,
+    depth: usize,
 ) -> Result<usize, ScanError> {
-    container_end_with(avx2, bytes, at, open, close)
+    container_end_with(avx2, bytes, at, open, close, depth)
 }
 
 /// How blocks are classified: one implementation per instruction set.
@@ -520,8 +606,8 @@ fn container_end_with(
     at: usize,
     open: u8,
     close: u8,
+    mut depth: usize,
 ) -> Result<usize, ScanError> {
-    let mut depth = 0usize;
     // All ones while inside a string across a block boundary.
     let mut in_string = 0u64;
     // Whether the first byte of the next block is escaped.
@@ -814,7 +900,7 @@ mod tests {
                     _ => None,
                 };
                 if let Some((open, close)) = brackets {
-                    let end = container_end_with(Baseline, body.as_bytes(), 0, open, close);
+                    let end = container_end_with(Baseline, body.as_bytes(), 0, open, close, 0);
                     assert_eq!(end, Ok(text.len()), "{text}");
                 }
             }

@@ -9,16 +9,26 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::Body;
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::body::{BodyError, BodyPool};
 use crate::Extender;
 
-/// The extender's routes; bodies up to `max_body_bytes` are accepted.
+/// What the handlers share.
+#[derive(Clone)]
+struct Server {
+    extender: Arc<Extender>,
+    bodies: Arc<BodyPool>,
+    max_body_bytes: usize,
+}
+
+/// The extender's routes; bodies up to `max_body_bytes` are accepted
+/// (413 beyond).
 pub fn router(extender: Arc<Extender>, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/filter", post(filter))
@@ -26,13 +36,20 @@ pub fn router(extender: Arc<Extender>, max_body_bytes: usize) -> Router {
         .route("/score", post(prioritize))
         .route("/healthz", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(max_body_bytes))
-        .with_state(extender)
+        .with_state(Server {
+            extender,
+            bodies: BodyPool::new(),
+            max_body_bytes,
+        })
 }
 
-async fn filter(State(extender): State<Arc<Extender>>, body: Bytes) -> Response {
+async fn filter(State(server): State<Server>, request: Request) -> Response {
+    let body = match server.read(request).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
     // Passing nodes go back as slices of the request body, not copies.
-    let response = extender.filter_response(&body);
+    let response = server.extender.filter_response(&body);
     (
         [(header::CONTENT_TYPE, "application/json")],
         Body::new(response.into_body(&body)),
@@ -40,21 +57,41 @@ async fn filter(State(extender): State<Arc<Extender>>, body: Bytes) -> Response 
         .into_response()
 }
 
-async fn prioritize(State(extender): State<Arc<Extender>>, body: Bytes) -> Response {
-    match extender.prioritize(&body) {
-        Ok(bytes) => json(bytes),
+async fn prioritize(State(server): State<Server>, request: Request) -> Response {
+    let body = match server.read(request).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    match server.extender.prioritize(&body) {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
         Err(err) => (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
     }
 }
 
-async fn metrics(State(extender): State<Arc<Extender>>) -> Response {
+async fn metrics(State(server): State<Server>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        extender.metrics().render(),
+        server.extender.metrics().render(),
     )
         .into_response()
 }
 
-fn json(bytes: Vec<u8>) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+impl Server {
+    /// The request's body, or the answer to send instead.
+    async fn read(&self, request: Request) -> Result<axum::body::Bytes, Response> {
+        let length = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok()?.parse().ok());
+        self.bodies
+            .read(request.into_body(), length, self.max_body_bytes)
+            .await
+            .map_err(|err| {
+                let status = match err {
+                    BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                    BodyError::Read(_) => StatusCode::BAD_REQUEST,
+                };
+                (status, err.to_string()).into_response()
+            })
+    }
 }

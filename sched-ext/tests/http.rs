@@ -40,7 +40,11 @@ struct GoHostPriority {
 }
 
 async fn serve(extender: Extender) -> SocketAddr {
-    let app = server::router(Arc::new(extender), 64 * 1024 * 1024);
+    serve_limited(extender, 64 * 1024 * 1024).await
+}
+
+async fn serve_limited(extender: Extender, max_body_bytes: usize) -> SocketAddr {
+    let app = server::router(Arc::new(extender), max_body_bytes);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -199,6 +203,37 @@ async fn filter_and_prioritize_answer_kube_scheduler_requests() {
         let index: usize = best.Host.trim_start_matches("gpu-node-").parse().unwrap();
         assert_eq!(index % 2, 0, "{best:?}");
     }
+
+    // Nodes unchanged since an earlier call (same name, uid and
+    // resourceVersion) are not read again, and the answer is the same.
+    let again = client
+        .post(format!("http://{addr}/filter"))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(again, raw);
+    let metrics = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let passing = passing.len();
+    for line in [
+        "flexinfer_scheduler_node_metadata_total{source=\"request\"} 40".to_string(),
+        format!(
+            "flexinfer_scheduler_node_metadata_total{{source=\"known\"}} {}",
+            2 * passing + 40
+        ),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
+    }
 }
 
 #[tokio::test]
@@ -229,6 +264,22 @@ async fn malformed_requests_get_errors_not_crashes() {
         .unwrap();
     assert_eq!(response.status(), 400);
     assert!(response.text().await.unwrap().contains("ExtenderArgs"));
+
+    // Bodies over the limit are refused, announced or not.
+    let small = serve_limited(extender(), 1024).await;
+    for chunked in [false, true] {
+        let body = support::extender_args(&support::pod(), &support::nodes(1));
+        let request = client.post(format!("http://{small}/filter"));
+        let request = if chunked {
+            let stream = futures::stream::iter([Ok::<_, std::io::Error>(body)]);
+            request.body(reqwest::Body::wrap_stream(stream))
+        } else {
+            request.body(body)
+        };
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 413, "chunked: {chunked}");
+        assert!(response.text().await.unwrap().contains("--max-body-bytes"));
+    }
 
     // The server is still there.
     let health = client

@@ -93,12 +93,80 @@ pub fn nodes(count: usize) -> Vec<Value> {
 }
 
 /// An `ExtenderArgs` body as kube-scheduler sends it to an extender that
-/// is not `nodeCacheCapable`.
+/// is not `nodeCacheCapable`: Go's field order (`metadata` first, then
+/// `name`, `uid`, `resourceVersion`, …, `labels`, `annotations`,
+/// `managedFields` inside it), map keys sorted, compact.
 pub fn extender_args(pod: &Value, nodes: &[Value]) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "Pod": pod,
-        "Nodes": {"metadata": {}, "items": nodes},
-        "NodeNames": null
-    }))
-    .expect("encodable")
+    let mut out = String::from("{\"Pod\":");
+    go_object(pod, &mut out);
+    out.push_str(",\"Nodes\":{\"metadata\":{},\"items\":[");
+    for (i, node) in nodes.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        go_object(node, &mut out);
+    }
+    out.push_str("]},\"NodeNames\":null}");
+    out.into_bytes()
+}
+
+/// Field order of Go's `TypeMeta` + object and of `ObjectMeta`.
+const OBJECT_ORDER: &[&str] = &["kind", "apiVersion", "metadata", "spec", "status"];
+const META_ORDER: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Writes a Kubernetes object with its top level and `metadata` in Go's
+/// field order.
+fn go_object(object: &Value, out: &mut String) {
+    write_ordered(object, OBJECT_ORDER, out, |key, value, out| {
+        if key == "metadata" {
+            write_ordered(value, META_ORDER, out, |_, value, out| {
+                out.push_str(&value.to_string())
+            });
+        } else {
+            out.push_str(&value.to_string());
+        }
+    });
+}
+
+/// Writes the object `value` with the keys of `order` first, in that
+/// order, then the others sorted; `write` writes each value.
+fn write_ordered(
+    value: &Value,
+    order: &[&str],
+    out: &mut String,
+    write: impl Fn(&str, &Value, &mut String),
+) {
+    let Some(map) = value.as_object() else {
+        out.push_str(&value.to_string());
+        return;
+    };
+    let rank = |key: &str| order.iter().position(|k| *k == key).unwrap_or(order.len());
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort_by(|a, b| rank(a).cmp(&rank(b)).then(a.cmp(b)));
+    out.push('{');
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::String(key.clone()).to_string());
+        out.push(':');
+        write(key, &map[key], out);
+    }
+    out.push('}');
 }
