@@ -22,6 +22,10 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::post;
+use axum::Router;
 use flexinfer_sched::extender::{Settings, StaticNodeSource};
 use flexinfer_sched::tps::{benchmark_key, StaticTpsSource};
 use flexinfer_sched::{server, Extender};
@@ -115,15 +119,36 @@ fn in_process(label: &str, extender: &Extender, body: &[u8], iterations: usize) 
 /// Through the server's router over loopback.
 fn http(extender: &Arc<Extender>, body: &[u8], iterations: usize) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let (filter, prioritize) = runtime.block_on(async {
-        let app = server::router(extender.clone(), 256 * 1024 * 1024);
+    // The transport alone: the same request bytes, and for filter an answer
+    // as long as the extender's, without the extender.
+    let answer_len = extender.filter_response(body).len();
+    let transport = Router::new()
+        .route(
+            "/filter",
+            post(move |body: Bytes| async move { body.slice(..answer_len.min(body.len())) }),
+        )
+        .route("/prioritize", post(|_: Bytes| async { "[]" }))
+        .layer(DefaultBodyLimit::disable());
+    let app = server::router(extender.clone(), 256 * 1024 * 1024);
+    for (label, app) in [
+        ("loopback HTTP", app),
+        ("loopback HTTP, transport only", transport),
+    ] {
+        let (filter, prioritize) = runtime.block_on(calls(app, body, iterations));
+        report(label, &filter, &prioritize);
+    }
+}
+
+/// Times filter and prioritize calls to `app` over loopback.
+async fn calls(app: Router, body: &[u8], iterations: usize) -> (Vec<Duration>, Vec<Duration>) {
+    {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move { axum::serve(listener, app).await });
         let client = reqwest::Client::new();
-        let body = axum::body::Bytes::copy_from_slice(body);
+        let body = Bytes::copy_from_slice(body);
         let call = |path: &'static str| {
             let client = client.clone();
             let body = body.clone();
@@ -152,8 +177,7 @@ fn http(extender: &Arc<Extender>, body: &[u8], iterations: usize) {
             prioritize.push(call("prioritize").await);
         }
         (filter, prioritize)
-    });
-    report("loopback HTTP", &filter, &prioritize);
+    }
 }
 
 /// `nodeCacheCapable`: only names travel; nodes come from the cache.

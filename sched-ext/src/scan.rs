@@ -26,6 +26,7 @@ use flexinfer_crds::labels::PREFIX;
 
 mod items;
 pub mod known;
+mod strings;
 
 use known::KnownMap;
 pub use known::{Identity, KnownNodes};
@@ -286,6 +287,9 @@ fn may_have_prefix(key: &[u8]) -> bool {
 
 /// A key as text: borrowed when it has no escapes.
 fn decode_key(key: &[u8]) -> Result<Cow<'_, str>, ScanError> {
+    if let Some(text) = strings::plain_ascii(key) {
+        return Ok(Cow::Borrowed(text));
+    }
     let text = std::str::from_utf8(key).map_err(|_| error("a UTF-8 key", 0))?;
     if !key.contains(&b'\\') {
         return Ok(Cow::Borrowed(text));
@@ -298,6 +302,12 @@ fn decode_key(key: &[u8]) -> Result<Cow<'_, str>, ScanError> {
 /// The string value spanning `from..to` (quotes included), unescaped only
 /// when it has escapes.
 fn string_value(raw: &[u8], from: usize, to: usize) -> Result<Cow<'_, str>, ScanError> {
+    if let Some(text) = raw
+        .get(from + 1..to.saturating_sub(1))
+        .and_then(strings::plain_ascii)
+    {
+        return Ok(Cow::Borrowed(text));
+    }
     let quoted = text(raw, (from, to)).map_err(|_| error("a UTF-8 string", from))?;
     let inner = quoted
         .get(1..quoted.len().saturating_sub(1))
@@ -400,8 +410,7 @@ fn value_end(bytes: &[u8], at: usize) -> Result<usize, ScanError> {
 fn string_end(bytes: &[u8], at: usize) -> Result<usize, ScanError> {
     let mut i = at + 1;
     loop {
-        let rest = bytes.get(i..).ok_or(error("'\"'", at))?;
-        i += memchr::memchr2(b'"', b'\\', rest).ok_or(error("'\"'", at))?;
+        i = strings::find_quote_or_backslash(bytes, i).ok_or(error("'\"'", at))?;
         if bytes.get(i) == Some(&b'"') {
             return Ok(i + 1);
         }
@@ -475,6 +484,20 @@ impl Block {
         Block::from_masks(masks)
     }
 
+    /// Classifies `bytes` with AVX-512BW: one compare per mask.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn avx512(bytes: &[u8; BLOCK], open: u8, close: u8) -> Block {
+        use std::arch::x86_64::{
+            __m512i, _mm512_cmpeq_epi8_mask, _mm512_loadu_si512, _mm512_set1_epi8,
+        };
+        // SAFETY: `bytes` is 64 readable bytes (unaligned loads are
+        // allowed).
+        let v = unsafe { _mm512_loadu_si512(bytes.as_ptr().cast::<__m512i>()) };
+        let mask = |byte: u8| _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(byte as i8));
+        Block::from_masks([mask(b'"'), mask(b'\\'), mask(open), mask(close)])
+    }
+
     /// Classifies `bytes` with [`Block::portable`].
     #[cfg(not(target_arch = "x86_64"))]
     fn new(bytes: &[u8; BLOCK], open: u8, close: u8) -> Block {
@@ -539,11 +562,32 @@ fn container_end_from(
     depth: usize,
 ) -> Result<usize, ScanError> {
     #[cfg(target_arch = "x86_64")]
-    if let Some(avx2) = Avx2::detect() {
-        // SAFETY: `Avx2::detect` found AVX2 and POPCNT on this CPU.
-        return unsafe { container_end_avx2(avx2, bytes, at, open, close, depth) };
+    {
+        if let Some(avx512) = Avx512::detect() {
+            // SAFETY: `Avx512::detect` found AVX-512BW, POPCNT and
+            // PCLMULQDQ on this CPU.
+            return unsafe { container_end_avx512(avx512, bytes, at, open, close, depth) };
+        }
+        if let Some(avx2) = Avx2::detect() {
+            // SAFETY: `Avx2::detect` found AVX2 and POPCNT on this CPU.
+            return unsafe { container_end_avx2(avx2, bytes, at, open, close, depth) };
+        }
     }
     container_end_with(Baseline, bytes, at, open, close, depth)
+}
+
+/// [`container_end`] compiled for AVX-512BW, POPCNT and PCLMULQDQ.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,popcnt,pclmulqdq")]
+fn container_end_avx512(
+    avx512: Avx512,
+    bytes: &[u8],
+    at: usize,
+    open: u8,
+    close: u8,
+    depth: usize,
+) -> Result<usize, ScanError> {
+    container_end_with(avx512, bytes, at, open, close, depth)
 }
 
 /// [`container_end`] compiled for AVX2 and POPCNT (bracket counts are
@@ -564,6 +608,12 @@ fn container_end_avx2(
 /// How blocks are classified: one implementation per instruction set.
 trait Classify: Copy {
     fn classify(self, bytes: &[u8; BLOCK], open: u8, close: u8) -> Block;
+
+    /// Bit `i` of the result is the XOR of bits `0..=i` of `x`.
+    #[inline(always)]
+    fn prefix_xor(self, x: u64) -> u64 {
+        prefix_xor(x)
+    }
 }
 
 /// The instructions every CPU of the target has.
@@ -587,6 +637,44 @@ impl Avx2 {
     fn detect() -> Option<Avx2> {
         (std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("popcnt"))
             .then_some(Avx2(()))
+    }
+}
+
+/// Proof that the CPU has AVX-512BW, POPCNT and PCLMULQDQ: only
+/// [`Avx512::detect`] makes one.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Avx512(());
+
+#[cfg(target_arch = "x86_64")]
+impl Avx512 {
+    fn detect() -> Option<Avx512> {
+        (std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("popcnt")
+            && std::is_x86_feature_detected!("pclmulqdq"))
+        .then_some(Avx512(()))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Classify for Avx512 {
+    #[inline(always)]
+    fn classify(self, bytes: &[u8; BLOCK], open: u8, close: u8) -> Block {
+        // SAFETY: an `Avx512` exists only on a CPU with AVX-512BW.
+        unsafe { Block::avx512(bytes, open, close) }
+    }
+
+    /// A carry-less multiplication by all ones is the prefix XOR.
+    #[inline(always)]
+    fn prefix_xor(self, x: u64) -> u64 {
+        use std::arch::x86_64::{_mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_set_epi64x};
+        // SAFETY: an `Avx512` exists only on a CPU with PCLMULQDQ.
+        unsafe {
+            let product =
+                _mm_clmulepi64_si128(_mm_set_epi64x(0, x as i64), _mm_set_epi64x(0, -1), 0);
+            _mm_cvtsi128_si64(product) as u64
+        }
     }
 }
 
@@ -646,7 +734,7 @@ fn container_end_with(
             rest &= !(1 << bit) & !escaped;
         }
 
-        let strings = prefix_xor(quotes & !escaped) ^ in_string;
+        let strings = classify.prefix_xor(quotes & !escaped) ^ in_string;
         in_string = ((strings as i64) >> 63) as u64;
         let opens = opens & !strings;
         let closes = closes & !strings;
@@ -850,6 +938,12 @@ mod tests {
             if let Some(avx2) = Avx2::detect() {
                 assert_eq!(avx2.classify(&bytes, b'{', b'}'), expected);
             }
+            #[cfg(target_arch = "x86_64")]
+            if let Some(avx512) = Avx512::detect() {
+                assert_eq!(avx512.classify(&bytes, b'{', b'}'), expected);
+                let x = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+                assert_eq!(avx512.prefix_xor(x), prefix_xor(x));
+            }
         }
     }
 
@@ -902,6 +996,13 @@ mod tests {
                 if let Some((open, close)) = brackets {
                     let end = container_end_with(Baseline, body.as_bytes(), 0, open, close, 0);
                     assert_eq!(end, Ok(text.len()), "{text}");
+                    #[cfg(target_arch = "x86_64")]
+                    if let Some(avx2) = Avx2::detect() {
+                        // SAFETY: detected.
+                        let end =
+                            unsafe { container_end_avx2(avx2, body.as_bytes(), 0, open, close, 0) };
+                        assert_eq!(end, Ok(text.len()), "{text}");
+                    }
                 }
             }
         }
