@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Renders the FlexInfer chart offline and validates everything it renders.
 
-For each values set (chart defaults, values-all.yaml, values-ha.yaml):
+For each values set (chart defaults, values-all.yaml, values-ha.yaml,
+values-global.yaml):
 
 1. `helm lint --strict` and the chart's values.schema.json (helm-python-sdk,
    which embeds Helm's Go SDK; no helm binary or cluster needed);
@@ -14,7 +15,11 @@ For each values set (chart defaults, values-all.yaml, values-ha.yaml):
    security contexts, probes, resources, images, the scheduler
    configuration, the PrometheusRule matches files/prometheus-rules.yaml,
    and RBAC is least-privilege-structured (one ServiceAccount per
-   component, bound only to its own role, no wildcards, no Secrets).
+   component, bound only to its own roles, no wildcards, no Secrets unless
+   catalog.registryCredentials or operator.federation.enabled is on, and
+   then only `get`, only for the component running the controllers, only
+   in the watched namespaces; the global gateway's Role only in its
+   GlobalProxy's namespace).
 
 The example manifests under crds/examples/ and the FlexInfer objects in the
 examples of docs/*.md are validated against the CRD schemas too. A JSON summary (environment variables and flags of every
@@ -320,12 +325,22 @@ def check_gateway(objects, values, label, expect):
     env = env_of(c)
     check(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", f"{label}: POD_NAMESPACE")
     check(c["image"] == expect["gateway_image"], f"{label}: gateway image {c['image']} != {expect['gateway_image']}")
-    check("--kubernetes" in c["args"], f"{label}: gateway not in Kubernetes mode")
     check(("--embedded-operator" in c["args"]) == expect["embedded"], f"{label}: --embedded-operator")
-    if expect["all_namespaces"]:
-        check("--all-namespaces" in c["args"], f"{label}: --all-namespaces")
+    if expect.get("global"):
+        # Global mode excludes Kubernetes mode and its namespace flags.
+        check(f"--global-object={expect['global']}" in c["args"], f"{label}: --global-object={expect['global']} in {c['args']}")
+        check(not any(a.startswith(("--kubernetes", "--namespaces", "--all-namespaces")) for a in c["args"]),
+              f"{label}: global gateway also in Kubernetes mode: {c['args']}")
+        ref = env.get("FLEXINFER_GLOBAL_MEMBER_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef")
+        check(ref == expect.get("member_token"), f"{label}: FLEXINFER_GLOBAL_MEMBER_TOKEN from {ref}")
     else:
-        check(f"--namespaces={expect['namespaces']}" in c["args"], f"{label}: --namespaces={expect['namespaces']} in {c['args']}")
+        check("--kubernetes" in c["args"], f"{label}: gateway not in Kubernetes mode")
+        check(not any(a.startswith("--global") for a in c["args"]) and not any(n.startswith("FLEXINFER_GLOBAL") for n in env),
+              f"{label}: global-mode settings while global mode is off")
+        if expect["all_namespaces"]:
+            check("--all-namespaces" in c["args"], f"{label}: --all-namespaces")
+        else:
+            check(f"--namespaces={expect['namespaces']}" in c["args"], f"{label}: --namespaces={expect['namespaces']} in {c['args']}")
     if expect["embedded"]:
         check(env["FLEXINFER_LEADER_ELECT"]["value"] == ("true" if expect["replicas"] > 1 else "false"), f"{label}: leader election")
     check(c["livenessProbe"]["httpGet"]["path"] == "/healthz", f"{label}: gateway liveness path")
@@ -373,6 +388,13 @@ def check_operator(objects, label, expect):
         check(env.get("FLEXINFER_SCHEDULER_NAME", {}).get("value") == expect["scheduler_name"], f"{label}: model pods not sent to the FlexInfer scheduler")
     else:
         check("FLEXINFER_SCHEDULER_NAME" not in env, f"{label}: scheduler name set while the scheduler is off")
+    if op.get("federation"):
+        check(env.get("FLEXINFER_FEDERATION", {}).get("value") == "true", f"{label}: FLEXINFER_FEDERATION")
+        check(env.get("FLEXINFER_CLUSTER_FAILURE_THRESHOLD", {}).get("value") == str(op["federation"]),
+              f"{label}: FLEXINFER_CLUSTER_FAILURE_THRESHOLD {env.get('FLEXINFER_CLUSTER_FAILURE_THRESHOLD')}")
+    else:
+        check("FLEXINFER_FEDERATION" not in env and "FLEXINFER_CLUSTER_FAILURE_THRESHOLD" not in env,
+              f"{label}: federation settings while federation is off")
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     check(env["HEALTH_PROBE_BIND_ADDRESS"]["value"].endswith(f":{ports['health']}"), f"{label}: health port")
     check(env["METRICS_BIND_ADDRESS"]["value"].endswith(f":{ports['metrics']}"), f"{label}: metrics port")
@@ -380,6 +402,9 @@ def check_operator(objects, label, expect):
 
 def check_agent(objects, label, expect):
     ds = find(objects, "DaemonSet", expect["agent"])
+    if "agent" not in expect["components"]:
+        check(ds is None, f"{label}: agent rendered while disabled")
+        return
     if not check(ds is not None, f"{label}: agent DaemonSet missing"):
         return
     spec = pod_spec(ds)
@@ -462,16 +487,19 @@ def check_rbac(objects, label, expect):
         if ref.startswith(prefix):
             check(s["name"] == ref, f"{name}: role {ref} bound to {s['name']}")
             check((b["roleRef"]["kind"], ref) in roles, f"{name}: role {ref} not rendered")
-    for (kind, name), role in roles.items():
+    all_roles = by_kind(objects, "ClusterRole") + by_kind(objects, "Role")
+    for role in all_roles:
+        kind, name = role["kind"], role["metadata"]["name"]
         check(name.startswith(prefix) and name[len(prefix):] in expect["components"], f"{label}: {kind}/{name} belongs to no component")
         for rule in role.get("rules", []):
             for field in ("verbs", "resources", "apiGroups"):
                 check("*" not in rule.get(field, []), f"{label}: {kind}/{name} has a wildcard in {field}")
-            check("secrets" not in rule.get("resources", []), f"{label}: {kind}/{name} grants Secrets")
             check(
                 not {"escalate", "bind", "impersonate"} & set(rule.get("verbs", [])),
                 f"{label}: {kind}/{name} grants escalate/bind/impersonate",
             )
+    check_secret_grants(all_roles, label, expect)
+    check_global_gateway_role(all_roles, bindings, label, expect)
     # Per-component shape: what each one must not be able to do.
     agent = roles.get(("ClusterRole", prefix + "agent"))
     if agent:
@@ -482,6 +510,7 @@ def check_rbac(objects, label, expect):
         verbs = {v for rule in sched["rules"] for v in rule["verbs"]}
         check(verbs <= {"list", "watch"}, f"{label}: extender verbs {verbs}")
     gateway = roles.get(("ClusterRole", prefix + "gateway"))
+    check((gateway is None) == bool(expect.get("global")), f"{label}: gateway ClusterRole {'rendered' if gateway else 'missing'}")
     if gateway and not expect["embedded"]:
         verbs = {v for rule in gateway["rules"] for v in rule["verbs"]}
         check(not verbs & {"create", "update", "delete"}, f"{label}: gateway without operator has {verbs}")
@@ -497,6 +526,52 @@ def check_rbac(objects, label, expect):
         wanted = {"gateway": "gateway", "operator": "operator", "scheduler-extender": "sched",
                   "agent": "agent", "kube-scheduler": "scheduler"}[component]
         check(sa == prefix + wanted, f"{label}: {w['metadata']['name']} runs as {sa}")
+
+
+def check_secret_grants(all_roles, label, expect):
+    """No role may touch Secrets unless a feature that reads them is on
+    (expect["secrets"]: the component running the controllers and the
+    namespaces of its Roles, or None for a ClusterRole with every namespace
+    watched); then only that component, only `get`, and every rule on
+    Secrets grants nothing else."""
+    prefix = expect["fullname"] + "-"
+    wanted = expect.get("secrets")
+    where = set()
+    for role in all_roles:
+        kind, name = role["kind"], role["metadata"]["name"]
+        for rule in role.get("rules", []):
+            if "secrets" not in rule.get("resources", []):
+                continue
+            if not check(wanted is not None, f"{label}: {kind}/{name} grants Secrets while no feature needs them"):
+                continue
+            check(name == prefix + wanted["component"], f"{label}: {kind}/{name} grants Secrets, not the controllers' {wanted['component']}")
+            check(rule.get("verbs") == ["get"], f"{label}: {kind}/{name} grants {rule.get('verbs')} on Secrets (only get)")
+            check(rule.get("resources") == ["secrets"] and rule.get("apiGroups") == [""],
+                  f"{label}: {kind}/{name} mixes Secrets with other resources: {rule}")
+            where.add(role["metadata"].get("namespace") if kind == "Role" else None)
+    if wanted is not None:
+        expected = set(wanted["namespaces"]) if wanted["namespaces"] is not None else {None}
+        check(where == expected, f"{label}: Secrets readable in {where}, expected {expected}")
+
+
+def check_global_gateway_role(all_roles, bindings, label, expect):
+    """In global mode the gateway holds exactly GLOBAL_RBAC_RULES, in a Role
+    of the GlobalProxy's namespace, restricted to that object."""
+    name = expect["fullname"] + "-gateway"
+    roles = [r for r in all_roles if r["kind"] == "Role" and r["metadata"]["name"] == name]
+    if not expect.get("global"):
+        return
+    namespace, _, obj = expect["global"].partition("/")
+    if not check(len(roles) == 1, f"{label}: {len(roles)} gateway Roles in global mode"):
+        return
+    role = roles[0]
+    check(role["metadata"]["namespace"] == namespace, f"{label}: global gateway Role in {role['metadata']['namespace']}")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    check(granted == {("ai.flexinfer", "globalproxies", "list"), ("ai.flexinfer", "globalproxies", "watch"),
+                      ("ai.flexinfer", "globalproxies/status", "patch")}, f"{label}: global gateway rules {sorted(granted)}")
+    check(all(rule.get("resourceNames") == [obj] for rule in role["rules"]), f"{label}: global gateway rules not restricted to {obj}")
+    bound = [b for b in bindings if b["kind"] == "RoleBinding" and b["roleRef"]["name"] == name]
+    check(len(bound) == 1 and bound[0]["metadata"]["namespace"] == namespace, f"{label}: global gateway RoleBinding")
 
 
 def check_models(objects, label, expect):
@@ -536,11 +611,29 @@ def check_schema_rejects_mistakes(chart_values):
         ({"gateway": {"logFormat": "xml"}}, "an unknown log format"),
         ({"gateway": {"activation": {"queueTimeout": "soon"}}}, "a malformed duration"),
         ({"models": {"m": {"annotations": {}}}}, "a model without spec"),
+        ({"operator": {"federation": {"clusterFailureThreshold": 0}}}, "a zero failure threshold"),
+        ({"gateway": {"global": {"probeInterval": "often"}}}, "a malformed probe interval"),
+        ({"catalog": {"registryCredentials": "yes"}}, "a string switch"),
     ]:
         values = merge(copy.deepcopy(chart_values), bad)
         try:
             chart.validate_schema(values)
             fail(f"values.schema.json accepts {why}: {bad}")
+        except helm_python.HelmError:
+            pass
+
+
+def check_refused_combinations():
+    """Values the binaries would refuse, or that would grant what nothing
+    uses, fail the rendering with a message."""
+    chart = Chart.load(CHART)
+    for bad, why in [
+        ({"operator": {"federation": {"enabled": True}}}, "federation without the standalone operator"),
+        ({"gateway": {"global": {"enabled": True}}}, "a global gateway with the embedded operator"),
+    ]:
+        try:
+            chart.render(bad, name=RELEASE, namespace=NAMESPACE, is_install=True)
+            fail(f"the chart renders {why}: {bad}")
         except helm_python.HelmError:
             pass
 
@@ -659,7 +752,10 @@ def cases(chart):
             "components": {"gateway", "operator", "sched", "agent", "scheduler"},
             "models": ["qwen3-0-6b", "qwen3-8b-awq"],
             "operator": {"replicas": 2, "watch_namespace": None, "lease": "flexinfer-controllers",
-                         "flashload_image": "registry.example.com/custom/flashload:1.2.5"},
+                         "flashload_image": "registry.example.com/custom/flashload:1.2.5",
+                         "federation": 3},
+            # catalog.registryCredentials and federation: a Role per watched namespace.
+            "secrets": {"component": "operator", "namespaces": ["team-a", "team-b"]},
         }),
         ("values-ha.yaml", values_file("values-ha.yaml"), {
             "fullname": "flexinfer", "proxy": "flexinfer-proxy", "agent": "flexinfer-agent",
@@ -669,6 +765,21 @@ def cases(chart):
             "service_port": 80, "auth": None, "scheduler_enabled": True,
             "scheduler_name": "flexinfer-scheduler", "monitoring": False,
             "components": {"gateway", "sched", "agent", "scheduler"}, "models": [],
+        }),
+        ("values-global.yaml", values_file("values-global.yaml"), {
+            "fullname": "flexinfer", "proxy": "flexinfer-proxy", "agent": "flexinfer-agent",
+            "sched": "flexinfer-sched", "scheduler": "flexinfer-scheduler",
+            "gateway_image": f"ghcr.io/flexinfer/flexinfer-gateway:{app}",
+            "embedded": False, "replicas": 2, "all_namespaces": True, "namespaces": "",
+            "service_port": 80, "auth": None, "scheduler_enabled": False,
+            "scheduler_name": "flexinfer-scheduler", "monitoring": False,
+            "components": {"gateway", "operator"}, "models": [],
+            "global": "fleet/edge", "member_token": {"name": "member-gateway-key", "key": "key"},
+            "operator": {"replicas": 1, "watch_namespace": None, "lease": "flexinfer-operator",
+                         "flashload_image": f"ghcr.io/flexinfer/flexinfer-flashload:{app}",
+                         "federation": 2},
+            # Every namespace watched: get on Secrets in the ClusterRole.
+            "secrets": {"component": "operator", "namespaces": None},
         }),
     ]
 
@@ -683,7 +794,8 @@ def rbac_only() -> int:
         for message in FAILURES:
             print(f"  - {message}")
         return 1
-    print("RBAC OK: one ServiceAccount per component, each bound only to its own role")
+    print("RBAC OK: one ServiceAccount per component, each bound only to its own roles; "
+          "Secrets only get, only with the features that read them")
     return 0
 
 
@@ -713,6 +825,7 @@ def main() -> int:
     check(chart.metadata["appVersion"] == chart.values["image"]["tag"] or chart.values["image"]["tag"] == "",
           "image.tag must default to the chart appVersion")
     check_schema_rejects_mistakes(chart.values)
+    check_refused_combinations()
     check_values_documented()
 
     summary = []
@@ -743,11 +856,15 @@ def main() -> int:
         check_rbac(objects, label, expect)
         check_models(objects, label, expect)
         summary.extend(summarize(objects, label))
-        for role in by_kind(objects, "ClusterRole"):
+        for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
             roles.append({
                 "values": label,
+                "kind": role["kind"],
+                "namespace": role["metadata"].get("namespace"),
                 "component": role["metadata"]["name"][len(expect["fullname"]) + 1:],
                 "embeddedOperator": expect["embedded"],
+                "federation": bool(expect.get("operator", {}).get("federation")),
+                "global": bool(expect.get("global")),
                 "rules": role["rules"],
             })
 

@@ -249,9 +249,10 @@ async fn the_running_controller_fills_the_status() {
     let (_server, ctx, _clock) = setup().await;
     create(&ctx, &catalog("live", &reg.addr, None, None)).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(flexinfer_operator::catalog::run(ctx.clone(), async move {
+    let stopped = futures::FutureExt::shared(async move {
         let _ = stopped.await;
-    }));
+    });
+    let task = tokio::spawn(flexinfer_operator::catalog::run(ctx.clone(), stopped));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let c = get(&ctx, "live").await;

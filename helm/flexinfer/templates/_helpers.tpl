@@ -131,3 +131,31 @@ Whether the controllers run with more than one replica (leader election).
 {{- define "flexinfer.gatewayLeaderElect" -}}
 {{- if and .Values.gateway.embeddedOperator (gt (int .Values.gateway.replicas) 1) }}true{{ end }}
 {{- end }}
+
+{{/*
+Whether the federation controllers run: only the standalone operator has
+--federation.
+*/}}
+{{- define "flexinfer.federation" -}}
+{{- if and .Values.operator.enabled .Values.operator.federation.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The component whose controllers read Secrets ("operator" or "gateway"),
+when a feature that reads them is on (catalog.registryCredentials,
+operator.federation.enabled); empty otherwise.
+*/}}
+{{- define "flexinfer.secretReader" -}}
+{{- if or .Values.catalog.registryCredentials (include "flexinfer.federation" .) }}
+{{- if .Values.operator.enabled }}operator
+{{- else if and .Values.gateway.enabled .Values.gateway.embeddedOperator (not .Values.gateway.global.enabled) }}gateway
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Namespace of the GlobalProxy the gateway follows in global mode.
+*/}}
+{{- define "flexinfer.globalNamespace" -}}
+{{- .Values.gateway.global.objectNamespace | default .Release.Namespace }}
+{{- end }}

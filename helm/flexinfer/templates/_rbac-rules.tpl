@@ -8,6 +8,7 @@ reflectors need list + watch, server-side apply needs patch, and so on.
 
 {{/* Controllers (standalone operator, or the gateway's embedded operator). */}}
 {{- define "flexinfer.rules.operator" -}}
+{{- $federation := include "flexinfer.federation" . }}
 # Reconciled custom resources (watched, finalizers added and removed).
 - apiGroups: ["ai.flexinfer"]
   resources:
@@ -16,10 +17,6 @@ reflectors need list + watch, server-side apply needs patch, and so on.
     - modelcaches
     - gpugroups
     - loraadapters
-    - modelcatalogs
-    - clusters
-    - federatedmodels
-    - globalproxies
   verbs: ["get", "list", "watch", "update", "patch"]
 # Status written with server-side apply.
 - apiGroups: ["ai.flexinfer"]
@@ -29,10 +26,6 @@ reflectors need list + watch, server-side apply needs patch, and so on.
     - modelcaches/status
     - gpugroups/status
     - loraadapters/status
-    - modelcatalogs/status
-    - clusters/status
-    - federatedmodels/status
-    - globalproxies/status
   verbs: ["get", "update", "patch"]
 - apiGroups: ["ai.flexinfer"]
   resources:
@@ -41,6 +34,32 @@ reflectors need list + watch, server-side apply needs patch, and so on.
     - modelcaches/finalizers
     - gpugroups/finalizers
   verbs: ["update"]
+# ModelCatalog controller (operator/src/catalog/controller.rs): watches the
+# catalogs, re-reads one before each sync and writes its status with
+# server-side apply.
+- apiGroups: ["ai.flexinfer"]
+  resources: ["modelcatalogs"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["ai.flexinfer"]
+  resources: ["modelcatalogs/status"]
+  verbs: ["patch"]
+{{- if $federation }}
+# Federation controllers (operator.federation.enabled; operator/src/controllers/
+# cluster.rs and federated_model.rs): Clusters are watched, re-read before a
+# probe and listed per namespace for placement; FederatedModels are watched,
+# re-read and carry a finalizer (a JSON patch); both write their status with
+# server-side apply. Calls to the member clusters go through each Cluster's
+# kubeconfig, not through this role.
+- apiGroups: ["ai.flexinfer"]
+  resources: ["clusters"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["ai.flexinfer"]
+  resources: ["federatedmodels"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["ai.flexinfer"]
+  resources: ["clusters/status", "federatedmodels/status"]
+  verbs: ["patch"]
+{{- end }}
 # Owned workloads: model Deployments, Services, cache PVCs, prefetch and
 # cleanup Jobs, benchmark ConfigMaps.
 - apiGroups: ["apps"]
@@ -63,7 +82,9 @@ reflectors need list + watch, server-side apply needs patch, and so on.
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# Start-up check that the FlexInfer CRDs are installed.
+# Start-up checks that the FlexInfer CRDs are installed: the controllers'
+# (REQUIRED_CRDS), the ModelCatalog controller's (it stays off when it may
+# not read its CRD) and, with federation, the federation controllers'.
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   resourceNames:
@@ -72,6 +93,11 @@ reflectors need list + watch, server-side apply needs patch, and so on.
     - modelcaches.ai.flexinfer
     - gpugroups.ai.flexinfer
     - loraadapters.ai.flexinfer
+    - modelcatalogs.ai.flexinfer
+    {{- if $federation }}
+    - clusters.ai.flexinfer
+    - federatedmodels.ai.flexinfer
+    {{- end }}
   verbs: ["get"]
 # Leader election: the Lease is created once, then renewed by name.
 - apiGroups: ["coordination.k8s.io"]
@@ -81,6 +107,27 @@ reflectors need list + watch, server-side apply needs patch, and so on.
   resources: ["leases"]
   resourceNames: [{{ .Values.leaderElection.leaseName | quote }}]
   verbs: ["get", "update", "patch"]
+{{- end }}
+
+{{/* Secrets, for the component that runs the controllers, only while a
+feature that reads them is on (flexinfer.secretReader). Only `get`: the
+controllers read Secrets by name and never list or watch them. Bound per
+watched namespace (a Role in each), or cluster-wide with
+watch.allNamespaces. */}}
+{{- define "flexinfer.rules.secrets" -}}
+{{- if .Values.catalog.registryCredentials }}
+# catalog.registryCredentials: the ModelCatalog controller reads the Secret
+# named by a registry's secretRef, in the catalog's namespace
+# (operator/src/catalog/controller.rs).
+{{- end }}
+{{- if include "flexinfer.federation" . }}
+# operator.federation.enabled: the Cluster controller builds each member's
+# client from the kubeconfig Secret named by the Cluster's spec.secretRef, in
+# the Cluster's namespace (operator/src/controllers/member_clients.rs).
+{{- end }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
 {{- end }}
 
 {{/* The gateway's own needs in Kubernetes mode: exactly the rules of
@@ -106,6 +153,22 @@ gateway/src/kube/rbac.rs (RBAC_RULES). */}}
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["list", "watch"]
+{{- end }}
+
+{{/* The gateway in global mode: exactly the rules of
+gateway/src/global/watch.rs (GLOBAL_RBAC_RULES). It watches its one
+GlobalProxy (a field selector on its name, which resourceNames matches) and
+writes the object's status with a merge patch. Granted in the GlobalProxy's
+namespace only. */}}
+{{- define "flexinfer.rules.gatewayGlobal" -}}
+- apiGroups: ["ai.flexinfer"]
+  resources: ["globalproxies"]
+  resourceNames: [{{ .Values.gateway.global.objectName | quote }}]
+  verbs: ["list", "watch"]
+- apiGroups: ["ai.flexinfer"]
+  resources: ["globalproxies/status"]
+  resourceNames: [{{ .Values.gateway.global.objectName | quote }}]
+  verbs: ["patch"]
 {{- end }}
 
 {{/* Scheduler extender: reflectors only. */}}

@@ -4,13 +4,13 @@
 //! requeues for the moment it will be due, so the status write of a sync
 //! (which wakes the controller again) does not start another one.
 
+use crate::controllers::drive::drive;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use flexinfer_crds::v1alpha2::{CatalogEntry, ModelCatalog, ModelCatalogStatus, RegistrySource};
 use flexinfer_flashload::oci::credentials::from_docker_config;
 use flexinfer_flashload::oci::{ecr, Credentials};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -38,26 +38,28 @@ pub const READY: &str = "Ready";
 /// returns, leaving the other controllers running.
 pub async fn run(
     ctx: Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     if let Err(e) = check_crds_named(&ctx.client, &[CRD]).await {
         tracing::warn!(error = %e, "ModelCatalog controller not started");
         return;
     }
-    Controller::new(
+    let controller = Controller::new(
         ctx.watched_api::<ModelCatalog>(),
         watcher::Config::default(),
-    )
-    .graceful_shutdown_on(shutdown)
-    .run(
+    );
+    let error_policy = |_, e: &Error, _| {
+        tracing::warn!(error = %e, "modelcatalog reconcile failed");
+        Action::requeue(Duration::from_secs(5))
+    };
+    drive(
+        controller,
         reconcile,
-        |_, e: &Error, _| {
-            tracing::warn!(error = %e, "modelcatalog reconcile failed");
-            Action::requeue(Duration::from_secs(5))
-        },
+        error_policy,
         ctx,
+        shutdown,
+        "modelcatalog",
     )
-    .for_each(|_| async {})
     .await;
 }
 

@@ -17,12 +17,12 @@
 //! reconciles from probing before the interval is up (unless the spec
 //! changed).
 
+use super::drive::drive;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flexinfer_crds::v1alpha2::{Cluster, ClusterModelStatus, ClusterPhase, ClusterStatus, Model};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -230,19 +230,20 @@ pub async fn probe(client: &Client) -> Result<ProbeReport, kube::Error> {
 /// Runs the Cluster controller until `shutdown` completes.
 pub async fn run(
     fctx: Arc<FederationContext>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    Controller::new(
+    let controller = Controller::new(
         fctx.ctx.watched_api::<Cluster>(),
         watcher::Config::default(),
+    );
+    drive(
+        controller,
+        reconcile,
+        error_policy,
+        fctx,
+        shutdown,
+        "cluster",
     )
-    .graceful_shutdown_on(shutdown)
-    .run(reconcile, error_policy, fctx)
-    .for_each(|res| async move {
-        if let Err(e) = res {
-            tracing::debug!(error = %e, "cluster reconcile");
-        }
-    })
     .await;
 }
 

@@ -19,6 +19,7 @@
 //! A member Model with the same name that does not carry this
 //! FederatedModel's labels is never touched (status phase `Conflict`).
 
+use super::drive::drive;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,7 +27,6 @@ use std::time::{Duration, Instant};
 use flexinfer_crds::v1alpha2::{
     Cluster, FederatedModel, FederatedModelClusterStatus, FederatedModelStatus, Model,
 };
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -144,7 +144,7 @@ fn describe_shares(shares: &BTreeMap<String, u32>) -> String {
 /// re-reads member status every `resync`.
 pub async fn run(
     fctx: Arc<FederationContext>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let controller = Controller::new(
         fctx.ctx.watched_api::<FederatedModel>(),
@@ -152,44 +152,44 @@ pub async fn run(
     );
     let store = controller.store();
     let seen: Arc<Mutex<HashMap<(String, String), String>>> = Arc::default();
-    controller
-        .watches(
-            fctx.ctx.watched_api::<Cluster>(),
-            watcher::Config::default(),
-            move |c: Cluster| {
-                let ns = c.namespace();
-                let signature = format!(
-                    "{:?}|{:?}|{:?}|{}",
-                    c.status.as_ref().and_then(|s| s.phase),
-                    selection::cluster_labels(&c),
-                    c.metadata.generation,
-                    c.metadata.deletion_timestamp.is_some()
-                );
-                let key = (ns.clone().unwrap_or_default(), c.name_any());
-                let changed = seen
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(key, signature.clone())
-                    != Some(signature);
-                if !changed {
-                    return Vec::new();
-                }
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|fm| fm.namespace() == ns)
-                    .map(|fm| ObjectRef::from_obj(&*fm))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, fctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "federatedmodel reconcile");
+    let controller = controller.watches(
+        fctx.ctx.watched_api::<Cluster>(),
+        watcher::Config::default(),
+        move |c: Cluster| {
+            let ns = c.namespace();
+            let signature = format!(
+                "{:?}|{:?}|{:?}|{}",
+                c.status.as_ref().and_then(|s| s.phase),
+                selection::cluster_labels(&c),
+                c.metadata.generation,
+                c.metadata.deletion_timestamp.is_some()
+            );
+            let key = (ns.clone().unwrap_or_default(), c.name_any());
+            let changed = seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, signature.clone())
+                != Some(signature);
+            if !changed {
+                return Vec::new();
             }
-        })
-        .await;
+            store
+                .state()
+                .into_iter()
+                .filter(|fm| fm.namespace() == ns)
+                .map(|fm| ObjectRef::from_obj(&*fm))
+                .collect::<Vec<_>>()
+        },
+    );
+    drive(
+        controller,
+        reconcile,
+        error_policy,
+        fctx,
+        shutdown,
+        "federatedmodel",
+    )
+    .await;
 }
 
 /// Backoff after a failed reconcile.

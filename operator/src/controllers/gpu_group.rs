@@ -3,6 +3,7 @@
 //! (`flexinfer.ai/queue.<model>`, `flexinfer.ai/queue-since.<model>`) by the
 //! anti-thrashing policy in [`crate::policy::gpu_group`].
 
+use super::drive::drive;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -10,7 +11,6 @@ use flexinfer_crds::labels;
 use flexinfer_crds::v1alpha1::{
     GPUGroup, GPUGroupModelStatus, GPUGroupPhase, GPUGroupStatus, MemberState, ModelDeployment,
 };
-use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{watcher, Controller};
@@ -29,20 +29,22 @@ pub const REQUEUE: Duration = Duration::from_secs(5);
 /// Runs the GPUGroup controller until `shutdown` completes.
 pub async fn run(
     ctx: Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    Controller::new(ctx.watched_api::<GPUGroup>(), watcher::Config::default())
-        .graceful_shutdown_on(shutdown)
-        .run(
-            reconcile,
-            |_, e: &Error, _| {
-                tracing::warn!(error = %e, "gpugroup reconcile failed");
-                Action::requeue(Duration::from_secs(5))
-            },
-            ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+    let controller = Controller::new(ctx.watched_api::<GPUGroup>(), watcher::Config::default());
+    let error_policy = |_, e: &Error, _| {
+        tracing::warn!(error = %e, "gpugroup reconcile failed");
+        Action::requeue(Duration::from_secs(5))
+    };
+    drive(
+        controller,
+        reconcile,
+        error_policy,
+        ctx,
+        shutdown,
+        "gpugroup",
+    )
+    .await;
 }
 
 /// The anti-thrashing policy of a group.

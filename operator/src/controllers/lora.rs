@@ -3,6 +3,7 @@
 //! deletion (`/v1/unload_lora_adapter`, behind the `flexinfer.ai/lora-cleanup`
 //! finalizer), and reports per-pod results in the status.
 
+use super::drive::drive;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,6 @@ use flexinfer_crds::v1alpha2::{
     LoRAAdapter, LoRAAdapterPhase, LoRAAdapterStatus, Model, VLLM_LOAD_LORA_PATH,
     VLLM_UNLOAD_LORA_PATH,
 };
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -29,20 +29,22 @@ pub const MANAGER: &str = "flexinfer-lora-controller";
 /// Runs the LoRAAdapter controller until `shutdown` completes.
 pub async fn run(
     ctx: Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    Controller::new(ctx.watched_api::<LoRAAdapter>(), watcher::Config::default())
-        .graceful_shutdown_on(shutdown)
-        .run(
-            reconcile,
-            |_, e: &Error, _| {
-                tracing::warn!(error = %e, "lora reconcile failed");
-                Action::requeue(Duration::from_secs(10))
-            },
-            ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+    let controller = Controller::new(ctx.watched_api::<LoRAAdapter>(), watcher::Config::default());
+    let error_policy = |_, e: &Error, _| {
+        tracing::warn!(error = %e, "lora reconcile failed");
+        Action::requeue(Duration::from_secs(10))
+    };
+    drive(
+        controller,
+        reconcile,
+        error_policy,
+        ctx,
+        shutdown,
+        "loraadapter",
+    )
+    .await;
 }
 
 /// Reconciles one LoRAAdapter.

@@ -16,6 +16,7 @@ pub mod apply;
 pub mod clock;
 pub mod cluster;
 pub mod conditions;
+pub mod drive;
 pub mod events;
 pub mod federated_model;
 pub mod federation;

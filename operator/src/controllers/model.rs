@@ -8,6 +8,7 @@
 //! requeue. Owned objects and the status are written with server-side
 //! apply under [`MANAGER`], and only when they change.
 
+use super::drive::drive;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -18,7 +19,6 @@ use flexinfer_crds::v1alpha2::{
     CacheStatus, KvCacheStatus, Model, ModelPhase, ModelStatus, SharedGroupState as MemberState,
     SharedGroupStatus,
 };
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
@@ -52,12 +52,12 @@ pub const KV_CACHE_PRESSURE: &str = "KVCachePressure";
 /// Runs the Model controller until `shutdown` completes.
 pub async fn run(
     ctx: Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let models = ctx.watched_api::<Model>();
     let controller = Controller::new(models.clone(), watcher::Config::default());
     let store = controller.store();
-    controller
+    let controller = controller
         .owns(ctx.watched_api::<Deployment>(), watcher::Config::default())
         .owns(ctx.watched_api::<Service>(), watcher::Config::default())
         .owns(ctx.watched_api::<Job>(), watcher::Config::default())
@@ -73,15 +73,8 @@ pub async fn run(
                 .filter(|o| o.namespace() == ns && o.name_any() != name)
                 .map(|o| ObjectRef::from_obj(&*o))
                 .collect::<Vec<_>>()
-        })
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "model reconcile");
-            }
-        })
-        .await;
+        });
+    drive(controller, reconcile, error_policy, ctx, shutdown, "model").await;
 }
 
 /// Backoff after a failed reconcile.

@@ -1,11 +1,11 @@
 //! The v1alpha1 `ModelCache` controller: PVC and downloader Job lifecycle
 //! (SharedPVC strategy; `Auto` means SharedPVC) and the cache's status.
 
+use super::drive::drive;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flexinfer_crds::v1alpha1::{ModelCache, ModelCachePhase, ModelCacheStatus, StorageStrategy};
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, Patch, PatchParams};
@@ -25,21 +25,23 @@ pub const MANAGER: &str = "flexinfer-modelcache-controller";
 /// Runs the ModelCache controller until `shutdown` completes.
 pub async fn run(
     ctx: Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    Controller::new(ctx.watched_api::<ModelCache>(), watcher::Config::default())
-        .owns(ctx.watched_api::<Job>(), watcher::Config::default())
-        .graceful_shutdown_on(shutdown)
-        .run(
-            reconcile,
-            |_, e: &Error, _| {
-                tracing::warn!(error = %e, "modelcache reconcile failed");
-                Action::requeue(Duration::from_secs(5))
-            },
-            ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+    let controller = Controller::new(ctx.watched_api::<ModelCache>(), watcher::Config::default())
+        .owns(ctx.watched_api::<Job>(), watcher::Config::default());
+    let error_policy = |_, e: &Error, _| {
+        tracing::warn!(error = %e, "modelcache reconcile failed");
+        Action::requeue(Duration::from_secs(5))
+    };
+    drive(
+        controller,
+        reconcile,
+        error_policy,
+        ctx,
+        shutdown,
+        "modelcache",
+    )
+    .await;
 }
 
 /// Reconciles one ModelCache.

@@ -9,6 +9,7 @@
 //! traffic (`status.lastAccessTime`) the controller sets `spec.replicas`
 //! back to `minReplicas`. Members of a GPUGroup are scaled by the group.
 
+use super::drive::drive;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,6 @@ use flexinfer_crds::v1alpha1::{
 use flexinfer_crds::v1alpha2::{
     CacheSpec, CacheStrategy, GpuSpec, Model, ModelSpec, ServerlessSpec,
 };
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -41,24 +41,26 @@ pub const MANAGER: &str = "flexinfer-modeldeployment-controller";
 /// Runs the ModelDeployment controller until `shutdown` completes.
 pub async fn run(
     ctx: Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    Controller::new(
+    let controller = Controller::new(
         ctx.watched_api::<ModelDeployment>(),
         watcher::Config::default(),
     )
     .owns(ctx.watched_api::<Deployment>(), watcher::Config::default())
-    .owns(ctx.watched_api::<Service>(), watcher::Config::default())
-    .graceful_shutdown_on(shutdown)
-    .run(
+    .owns(ctx.watched_api::<Service>(), watcher::Config::default());
+    let error_policy = |_, e: &Error, _| {
+        tracing::warn!(error = %e, "modeldeployment reconcile failed");
+        Action::requeue(Duration::from_secs(5))
+    };
+    drive(
+        controller,
         reconcile,
-        |_, e: &Error, _| {
-            tracing::warn!(error = %e, "modeldeployment reconcile failed");
-            Action::requeue(Duration::from_secs(5))
-        },
+        error_policy,
         ctx,
+        shutdown,
+        "modeldeployment",
     )
-    .for_each(|_| async {})
     .await;
 }
 

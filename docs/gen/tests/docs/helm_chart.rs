@@ -195,6 +195,93 @@ fn chart_flags_and_env_are_understood_by_the_binaries() {
     assert!(checked >= 8, "only {checked} containers checked");
 }
 
+/// Every flag and environment variable the chart's operator template sets
+/// is one the operator reads. The operator keeps its command line in its
+/// binary (`operator/src/main.rs`), so its `#[arg(long, env = ...)]` fields
+/// are read from the source; variables of the values' `operator.env` maps
+/// are not the chart's and are not checked.
+#[test]
+fn chart_operator_settings_are_read_by_the_operator() {
+    let summary = std::env::temp_dir().join(format!("flexinfer-op-{}.json", std::process::id()));
+    let Some(_) = run_check(&["--summary", summary.to_str().unwrap()]) else {
+        return;
+    };
+    let text = std::fs::read_to_string(&summary).expect("summary written");
+    let _ = std::fs::remove_file(&summary);
+    let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
+    let source = std::fs::read_to_string(repo_root().join("operator/src/main.rs")).unwrap();
+    let cli = &source[source.find("struct Cli {").expect("struct Cli")..];
+    let cli = &cli[..cli.find("\n}").expect("end of struct Cli")];
+    let envs: Vec<&str> = cli
+        .split("env = \"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    let fields: Vec<String> = cli
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.starts_with("//"))
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim()))
+        .filter(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .map(|name| name.replace('_', "-"))
+        .collect();
+    assert!(envs.contains(&"FLEXINFER_FEDERATION"), "{envs:?}");
+    let template = std::fs::read_to_string(
+        repo_root().join("helm/flexinfer/templates/operator-deployment.yaml"),
+    )
+    .unwrap();
+    let chart_env: Vec<&str> = template
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- name: "))
+        .filter(|name| name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        .collect();
+    let mut checked = 0;
+    for container in summary["containers"].as_array().expect("containers") {
+        if container["binary"] != "flexinfer-operator" {
+            continue;
+        }
+        let env = container["env"].as_object().expect("env");
+        for (name, value) in env {
+            if !chart_env.contains(&name.as_str()) || EXTERNAL_ENV.contains(&name.as_str()) {
+                continue;
+            }
+            assert!(
+                envs.contains(&name.as_str()),
+                "{} {}: the chart sets {name}, which no flag of flexinfer-operator reads",
+                container["values"],
+                container["workload"]
+            );
+            let value = value.as_str().unwrap_or_default();
+            match name.as_str() {
+                "FLEXINFER_FEDERATION" | "LEADER_ELECT" => {
+                    assert!(matches!(value, "true" | "false"), "{name}={value:?}")
+                }
+                "FLEXINFER_CLUSTER_FAILURE_THRESHOLD" => assert!(
+                    value.parse::<u32>().is_ok_and(|n| n >= 1),
+                    "{name}={value:?}: the operator wants an integer of at least 1"
+                ),
+                _ => {}
+            }
+        }
+        for arg in container["args"].as_array().into_iter().flatten() {
+            let arg = arg.as_str().unwrap_or_default();
+            let long = arg
+                .trim_start_matches("--")
+                .split('=')
+                .next()
+                .unwrap_or_default();
+            assert!(
+                fields.iter().any(|f| f == long),
+                "{} {}: flexinfer-operator has no flag --{long}",
+                container["values"],
+                container["workload"]
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 2, "values-all and values-global run the operator");
+}
+
 /// `(group, resource, verb)` triples granted by a list of RBAC rules
 /// (rules with resourceNames included).
 fn grants(rules: &Value) -> std::collections::BTreeSet<(String, String, String)> {
@@ -218,9 +305,25 @@ fn grants(rules: &Value) -> std::collections::BTreeSet<(String, String, String)>
     out
 }
 
+/// `(group, resource, verb)` triples of a list of rules of the code.
+fn code_grants(
+    rules: &[flexinfer_gateway::kube::rbac::RbacRule],
+) -> std::collections::BTreeSet<(String, String, String)> {
+    rules
+        .iter()
+        .flat_map(|(group, resource, verbs)| {
+            verbs
+                .iter()
+                .map(|verb| (group.to_string(), resource.to_string(), verb.to_string()))
+        })
+        .collect()
+}
+
 /// The gateway's ClusterRole grants exactly the API calls its Kubernetes
 /// mode makes (`flexinfer_gateway::kube::rbac::RBAC_RULES`); with the
-/// embedded operator it grants at least those.
+/// embedded operator it grants at least those. In global mode it has no
+/// ClusterRole, and its Role grants exactly the API calls of the global
+/// gateway (`flexinfer_gateway::global::GLOBAL_RBAC_RULES`).
 #[test]
 fn gateway_role_matches_the_api_calls_of_the_gateway() {
     let summary = std::env::temp_dir().join(format!("flexinfer-rbac-{}.json", std::process::id()));
@@ -230,22 +333,26 @@ fn gateway_role_matches_the_api_calls_of_the_gateway() {
     let text = std::fs::read_to_string(&summary).expect("summary written");
     let _ = std::fs::remove_file(&summary);
     let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
-    let code: std::collections::BTreeSet<(String, String, String)> =
-        flexinfer_gateway::kube::rbac::RBAC_RULES
-            .iter()
-            .flat_map(|(group, resource, verbs)| {
-                verbs
-                    .iter()
-                    .map(|verb| (group.to_string(), resource.to_string(), verb.to_string()))
-            })
-            .collect();
+    let code = code_grants(flexinfer_gateway::kube::rbac::RBAC_RULES);
+    let global = code_grants(flexinfer_gateway::global::GLOBAL_RBAC_RULES);
     let mut compared = 0;
     for role in summary["roles"].as_array().expect("roles") {
         if role["component"] != "gateway" {
             continue;
         }
         let granted = grants(&role["rules"]);
-        if role["embeddedOperator"] == true {
+        if role["global"] == true {
+            assert_eq!(
+                (role["kind"].as_str(), &granted),
+                (Some("Role"), &global),
+                "{}: the global gateway's Role differs from GLOBAL_RBAC_RULES",
+                role["values"]
+            );
+        } else if role["kind"] == "Role" {
+            // The embedded controllers' Secrets, per watched namespace
+            // (check_chart.py allows only `get` on Secrets there).
+            continue;
+        } else if role["embeddedOperator"] == true {
             let missing: Vec<_> = code.difference(&granted).collect();
             assert!(
                 missing.is_empty(),
@@ -261,10 +368,12 @@ fn gateway_role_matches_the_api_calls_of_the_gateway() {
         }
         compared += 1;
     }
-    assert_eq!(compared, 3, "one gateway role per values set");
+    assert_eq!(compared, 4, "one gateway role per values set");
 }
 
-/// The operator may read exactly the CRDs it checks for at start-up.
+/// The operator may read exactly the CRDs it checks for at start-up: those
+/// of the controllers, the ModelCatalog controller's and, with federation,
+/// the federation controllers'.
 #[test]
 fn operator_role_can_read_the_crds_it_checks() {
     let summary = std::env::temp_dir().join(format!("flexinfer-crds-{}.json", std::process::id()));
@@ -274,16 +383,25 @@ fn operator_role_can_read_the_crds_it_checks() {
     let text = std::fs::read_to_string(&summary).expect("summary written");
     let _ = std::fs::remove_file(&summary);
     let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
-    let wanted: std::collections::BTreeSet<String> = flexinfer_operator::controllers::REQUIRED_CRDS
-        .iter()
-        .map(|name| name.to_string())
-        .collect();
     let mut compared = 0;
     for role in summary["roles"].as_array().expect("roles") {
-        if role["component"] != "operator"
-            && !(role["component"] == "gateway" && role["embeddedOperator"] == true)
-        {
+        let controllers = role["component"] == "operator"
+            || (role["component"] == "gateway" && role["embeddedOperator"] == true);
+        if role["kind"] != "ClusterRole" || !controllers {
             continue;
+        }
+        let mut wanted: std::collections::BTreeSet<String> =
+            flexinfer_operator::controllers::REQUIRED_CRDS
+                .iter()
+                .map(|name| name.to_string())
+                .collect();
+        wanted.insert(flexinfer_operator::catalog::controller::CRD.to_string());
+        if role["federation"] == true {
+            wanted.extend(
+                flexinfer_operator::controllers::federation::REQUIRED_CRDS
+                    .iter()
+                    .map(|name| name.to_string()),
+            );
         }
         let names: std::collections::BTreeSet<String> = role["rules"]
             .as_array()
@@ -308,7 +426,7 @@ fn operator_role_can_read_the_crds_it_checks() {
         compared += 1;
     }
     assert_eq!(
-        compared, 3,
-        "defaults, values-all (operator) and values-ha (embedded)"
+        compared, 4,
+        "defaults, values-all (operator), values-ha (embedded), values-global (operator)"
     );
 }
