@@ -169,6 +169,9 @@ pub struct RequestCtx {
     response_bytes: u64,
     ttfb_seen: bool,
     is_subrequest: bool,
+    /// Pingora's upstream phases ran: a failure answered from here ends
+    /// the client connection (Pingora does not reuse it).
+    proxied: bool,
 }
 
 impl Gateway {
@@ -385,6 +388,10 @@ impl Gateway {
             // answers for it. A failed write shows up as a failed read below.
             let _ = session.write_continue_response().await;
         }
+        // Pingora keeps a copy of bodies up to 64 KiB and sends it to the
+        // upstream itself (see `request_body_filter`); larger ones are
+        // forwarded by `forward_buffered`.
+        session.as_mut().enable_retry_buffering();
         let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
         loop {
             match session.read_request_body().await {
@@ -561,12 +568,23 @@ impl Gateway {
         })
     }
 
-    /// Forwards a request whose body was buffered: a subrequest runs the
-    /// proxy phases with the body preset, and its response is piped back.
+    /// The answer for a model none of whose endpoints can be tried.
+    fn no_endpoint(&self, model: &str) -> ApiError {
+        ApiError::unavailable(if self.settings.cluster_failover {
+            format!("no cluster available for model '{model}'")
+        } else {
+            format!("model '{model}' has no ready endpoint")
+        })
+    }
+
+    /// Forwards a request whose body was read for routing and is larger
+    /// than Pingora's 64 KiB retry buffer (smaller ones take the normal
+    /// phases): a subrequest runs the proxy phases with the body preset,
+    /// and its response is piped back.
     ///
     /// In global mode, a 5xx answer that the subrequest could not retry
-    /// itself (a body beyond Pingora's 64 KiB retry buffer) is held back
-    /// while a cluster is left untried, and a new subrequest asks the next.
+    /// itself (the body is beyond the retry buffer) is held back while a
+    /// cluster is left untried, and a new subrequest asks the next.
     async fn forward_buffered(
         &self,
         session: &mut Session,
@@ -964,8 +982,13 @@ impl ProxyHttp for Gateway {
                 plan.key_source.as_str(),
             ])
             .inc();
-        if plan.body.is_some() {
+        if plan.body.is_some() && session.as_ref().retry_buffer_truncated() {
             return self.forward_buffered(session, ctx, plan).await;
+        }
+        if plan.resolved.route.endpoints.is_empty() {
+            // Answered here, the client connection stays open.
+            let err = self.no_endpoint(&plan.resolved.route.name);
+            return self.reject(session, ctx, err).await;
         }
         ctx.plan = Some(plan);
         Ok(false)
@@ -976,6 +999,7 @@ impl ProxyHttp for Gateway {
         _session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
+        ctx.proxied = true;
         let Some(plan) = ctx.plan.as_ref() else {
             ctx.error = Some(ApiError::internal("no route planned"));
             return Err(Error::new(ErrorType::HTTPStatus(500)));
@@ -988,12 +1012,7 @@ impl ProxyHttp for Gateway {
             &route.options,
             &ctx.tried,
         ) else {
-            let message = if self.settings.cluster_failover {
-                format!("no cluster available for model '{}'", route.name)
-            } else {
-                format!("model '{}' has no ready endpoint", route.name)
-            };
-            ctx.error = Some(ApiError::unavailable(message));
+            ctx.error = Some(self.no_endpoint(&route.name));
             return Err(Error::new(ErrorType::HTTPStatus(503)));
         };
         let upstream = set.upstream(idx);
@@ -1108,6 +1127,9 @@ impl ProxyHttp for Gateway {
         }
         if let Some(body) = &plan.body {
             upstream.remove_header(&header::TRANSFER_ENCODING);
+            // The client's `Expect: 100-continue` was answered when the body
+            // was read; the upstream gets the body at once.
+            upstream.remove_header(&header::EXPECT);
             upstream.insert_header(header::CONTENT_LENGTH, body.len().to_string())?;
         }
         upstream.insert_header(REQUEST_ID, plan.request_id.as_ref())?;
@@ -1173,13 +1195,22 @@ impl ProxyHttp for Gateway {
         &self,
         _session: &mut Session,
         body: &mut Option<Bytes>,
-        _end_of_stream: bool,
+        end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if !ctx.is_subrequest {
-            if let Some(b) = body {
-                ctx.request_bytes += b.len() as u64;
-            }
+        if ctx.is_subrequest {
+            return Ok(());
+        }
+        if let Some(read) = ctx.plan.as_ref().and_then(|plan| plan.body.as_ref()) {
+            // A body read for routing (up to 64 KiB: larger ones go through
+            // `forward_buffered`). Pingora replays its own copy of it, on
+            // every attempt; the upstream gets the body as planned, possibly
+            // rewritten, whole with the end of the stream.
+            *body = (end_of_stream && !read.is_empty()).then(|| read.clone());
+            return Ok(());
+        }
+        if let Some(b) = body {
+            ctx.request_bytes += b.len() as u64;
         }
         Ok(())
     }
@@ -1222,6 +1253,13 @@ impl ProxyHttp for Gateway {
             .take()
             .unwrap_or_else(|| classify_upstream_error(e));
         let code = err.status;
+        // After its upstream phases, Pingora closes the client connection
+        // on failure: say so, so that the client does not send the next
+        // request on it. (A subrequest's parent keeps its connection.)
+        let closing = ctx.proxied && !ctx.is_subrequest;
+        if closing {
+            session.set_keepalive(None);
+        }
         let _ = respond(
             session,
             ctx,
@@ -1233,7 +1271,7 @@ impl ProxyHttp for Gateway {
         .await;
         FailToProxy {
             error_code: code,
-            can_reuse_downstream: true,
+            can_reuse_downstream: !closing,
         }
     }
 

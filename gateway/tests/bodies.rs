@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{endpoints, last_recorded, pod, post_json, sha256_hex, Gateway};
+use support::{endpoints, free_port, last_recorded, pod, post_json, sha256_hex, Gateway};
 
 /// A chat body of exactly `len` bytes naming `model`, its content one long
 /// word (the simulator counts words as prompt tokens).
@@ -51,6 +51,60 @@ async fn one_and_ten_mib_json_bodies_route_and_rewrite() {
         assert_eq!(seen["body_sha256"], sha256_hex(expected.as_bytes()));
     }
     assert!(support::recorded(&small).await.is_empty());
+}
+
+/// Bodies up to Pingora's 64 KiB retry buffer take the proxy's own path,
+/// larger ones a subrequest: on both sides of the threshold, announced or
+/// chunked, the backend gets the rewritten body whole, also when the first
+/// endpoint tried refuses the connection and the request is sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_around_the_retry_buffer_size_are_rewritten_and_retried() {
+    let live = pod("pod-live", &["m-backend"], &[]);
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let yaml = format!(
+        "models:\n- name: m\n  backendModel: m-backend\n  endpoints: [\"{dead}\", \"{}\"]\n",
+        live.base_url()
+    );
+    let gw = Gateway::start(&yaml, &[]);
+    let url = gw.url("/v1/chat/completions");
+    let threshold = 64 * 1024;
+    for len in [200, threshold - 1, threshold, threshold + 1, 300 * 1024] {
+        let body = sized_chat("m", len);
+        let expected = body.replacen("\"m\"", "\"m-backend\"", 1);
+        // Round-robin over [dead, live]: two requests, one of them retried.
+        for chunked in [false, true] {
+            for attempt in 0..2 {
+                let request = support::client()
+                    .post(&url)
+                    .header("content-type", "application/json");
+                let request = if chunked {
+                    let stream =
+                        futures::stream::iter([Ok::<_, std::io::Error>(body.clone().into_bytes())]);
+                    request.body(reqwest::Body::wrap_stream(stream))
+                } else {
+                    request.body(body.clone())
+                };
+                let resp = request.send().await.unwrap();
+                let what = format!("{len} bytes, chunked {chunked}, attempt {attempt}");
+                assert_eq!(resp.status(), 200, "{what}: {:?}", resp.text().await);
+                let seen = last_recorded(&live).await;
+                assert_eq!(seen["model"], "m-backend", "{what}");
+                assert_eq!(seen["body_len"], expected.len(), "{what}");
+                assert_eq!(
+                    seen["body_sha256"],
+                    sha256_hex(expected.as_bytes()),
+                    "{what}"
+                );
+            }
+        }
+    }
+    let metrics = gw.metrics().await;
+    assert!(
+        metrics.contains(
+            "flexinfer_proxy_upstream_retries_total{model=\"m\",reason=\"conn_refused\"}"
+        ),
+        "the dead endpoint was tried: {metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

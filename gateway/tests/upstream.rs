@@ -119,12 +119,13 @@ async fn silent_upstream_is_504() {
     // The request did reach the backend: this was not a connect failure.
     assert_eq!(support::recorded(&sim).await.len(), 1);
 
-    // The client connection survives a timeout.
+    // After a timeout the answer is whole and says the connection closes
+    // (the request went upstream; the client opens a new connection).
     let request = support::raw_post("/v1/chat/completions", &chat_body("m"), "");
-    let answers = support::keepalive_exchange(gw.addr, &[request.clone(), request]).await;
-    for answer in answers {
-        assert_eq!(answer.status, 504, "{answer:?}");
-        let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    for _ in 0..2 {
+        let (status, body) = support::answered_then_closed(gw.addr, &request).await;
+        assert_eq!(status, 504, "{body}");
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_openai_error(&body, "timeout");
     }
 }
@@ -153,14 +154,14 @@ async fn upstream_failures_are_answered_in_full_on_a_kept_alive_connection() {
         dead_endpoint()
     );
     let gw = Gateway::start(&yaml, &[]);
-    // Many in a row on one connection: each answer complete, with its own
-    // status and OpenAI body, and the connection still open for the next.
+    // Answers decided before any upstream is tried, many in a row on one
+    // connection: each complete, with its own status and OpenAI body, and
+    // the connection still open for the next.
     let mut requests = Vec::new();
     let mut expected = Vec::new();
     for i in 0..30 {
-        let (model, status, code) = match i % 3 {
+        let (model, status, code) = match i % 2 {
             0 => ("empty", 503, "service_unavailable"),
-            1 => ("dead", 502, "bad_gateway"),
             _ => ("nope", 404, "model_not_found"),
         };
         requests.push(support::raw_post(
@@ -183,5 +184,13 @@ async fn upstream_failures_are_answered_in_full_on_a_kept_alive_connection() {
                 .contains(&format!("x-request-id: {id}")),
             "request {i}: {answer:?}"
         );
+    }
+    // After the upstream failed, the answer is whole and announces that
+    // the connection closes; the next connection is served.
+    let request = support::raw_post("/v1/chat/completions", &chat_body("dead"), "");
+    for _ in 0..3 {
+        let (status, body) = support::answered_then_closed(gw.addr, &request).await;
+        assert_eq!(status, 502, "{body}");
+        assert_openai_error(&serde_json::from_str(&body).unwrap(), "bad_gateway");
     }
 }

@@ -658,6 +658,32 @@ pub async fn keepalive_exchange(addr: SocketAddr, requests: &[Vec<u8>]) -> Vec<R
     out
 }
 
+/// Sends `request` on a fresh connection and reads the answer, which must
+/// say `Connection: close` and be followed by the gateway closing the
+/// connection (within 5 s). Returns the status and the body.
+pub async fn answered_then_closed(addr: SocketAddr, request: &[u8]) -> (u16, String) {
+    let started = tokio::time::Instant::now();
+    let limit = Duration::from_secs(5);
+    let text = raw_exchange(addr, request, "\u{0}never", limit).await;
+    assert!(
+        started.elapsed() < limit,
+        "the connection stayed open: {text}"
+    );
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no answer: {text}"));
+    assert!(
+        head.to_ascii_lowercase().contains("\r\nconnection: close"),
+        "the answer does not announce the close: {head}"
+    );
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line: {head}"));
+    (status, body.to_string())
+}
+
 /// Reads what is there within 10 s; 0 on close, error or timeout.
 async fn read_some(s: &mut tokio::net::TcpStream, buf: &mut [u8]) -> usize {
     match tokio::time::timeout(Duration::from_secs(10), s.read(buf)).await {

@@ -4,7 +4,7 @@
 //! requeues for the moment it will be due, so the status write of a sync
 //! (which wakes the controller again) does not start another one.
 
-use crate::controllers::drive::drive;
+use crate::controllers::drive::{drive, retry_after};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -48,10 +48,7 @@ pub async fn run(
         ctx.watched_api::<ModelCatalog>(),
         watcher::Config::default(),
     );
-    let error_policy = |_, e: &Error, _| {
-        tracing::warn!(error = %e, "modelcatalog reconcile failed");
-        Action::requeue(Duration::from_secs(5))
-    };
+    let error_policy = retry_after("modelcatalog", Duration::from_secs(5));
     drive(
         controller,
         reconcile,

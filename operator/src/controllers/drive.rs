@@ -27,6 +27,18 @@ pub const STORE_READY_WAIT: Duration = Duration::from_secs(5);
 /// How long after the shutdown signal a controller may keep running.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 
+/// The error policy of most controllers: log the failure, try again after
+/// `delay`.
+pub fn retry_after<K, E: std::fmt::Display, Ctx>(
+    kind: &'static str,
+    delay: Duration,
+) -> impl Fn(Arc<K>, &E, Arc<Ctx>) -> Action {
+    move |_, err, _| {
+        tracing::warn!(kind, error = %err, "reconcile failed");
+        Action::requeue(delay)
+    }
+}
+
 /// Runs `controller` with `reconcile` and `error_policy` until `shutdown`
 /// completes (see the module documentation); `kind` names it in logs.
 pub async fn drive<K, Ctx, ReconcilerFut>(

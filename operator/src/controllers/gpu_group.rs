@@ -3,7 +3,7 @@
 //! (`flexinfer.ai/queue.<model>`, `flexinfer.ai/queue-since.<model>`) by the
 //! anti-thrashing policy in [`crate::policy::gpu_group`].
 
-use super::drive::drive;
+use super::drive::{drive, retry_after};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -32,10 +32,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let controller = Controller::new(ctx.watched_api::<GPUGroup>(), watcher::Config::default());
-    let error_policy = |_, e: &Error, _| {
-        tracing::warn!(error = %e, "gpugroup reconcile failed");
-        Action::requeue(Duration::from_secs(5))
-    };
+    let error_policy = retry_after("gpugroup", Duration::from_secs(5));
     drive(
         controller,
         reconcile,

@@ -3,7 +3,7 @@
 //! deletion (`/v1/unload_lora_adapter`, behind the `flexinfer.ai/lora-cleanup`
 //! finalizer), and reports per-pod results in the status.
 
-use super::drive::drive;
+use super::drive::{drive, retry_after};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,10 +32,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let controller = Controller::new(ctx.watched_api::<LoRAAdapter>(), watcher::Config::default());
-    let error_policy = |_, e: &Error, _| {
-        tracing::warn!(error = %e, "lora reconcile failed");
-        Action::requeue(Duration::from_secs(10))
-    };
+    let error_policy = retry_after("loraadapter", Duration::from_secs(10));
     drive(
         controller,
         reconcile,

@@ -1,7 +1,7 @@
 //! The v1alpha1 `ModelCache` controller: PVC and downloader Job lifecycle
 //! (SharedPVC strategy; `Auto` means SharedPVC) and the cache's status.
 
-use super::drive::drive;
+use super::drive::{drive, retry_after};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,10 +29,7 @@ pub async fn run(
 ) {
     let controller = Controller::new(ctx.watched_api::<ModelCache>(), watcher::Config::default())
         .owns(ctx.watched_api::<Job>(), watcher::Config::default());
-    let error_policy = |_, e: &Error, _| {
-        tracing::warn!(error = %e, "modelcache reconcile failed");
-        Action::requeue(Duration::from_secs(5))
-    };
+    let error_policy = retry_after("modelcache", Duration::from_secs(5));
     drive(
         controller,
         reconcile,

@@ -9,7 +9,7 @@
 //! traffic (`status.lastAccessTime`) the controller sets `spec.replicas`
 //! back to `minReplicas`. Members of a GPUGroup are scaled by the group.
 
-use super::drive::drive;
+use super::drive::{drive, retry_after};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,10 +49,7 @@ pub async fn run(
     )
     .owns(ctx.watched_api::<Deployment>(), watcher::Config::default())
     .owns(ctx.watched_api::<Service>(), watcher::Config::default());
-    let error_policy = |_, e: &Error, _| {
-        tracing::warn!(error = %e, "modeldeployment reconcile failed");
-        Action::requeue(Duration::from_secs(5))
-    };
+    let error_policy = retry_after("modeldeployment", Duration::from_secs(5));
     drive(
         controller,
         reconcile,
