@@ -3,6 +3,12 @@
 use clap::Parser;
 use flexinfer_gateway::cli::{Cli, LogFormat};
 
+/// Requests allocate and free many small buffers (headers, bodies, tasks):
+/// mimalloc's thread-local free lists cost less CPU per request than the
+/// system allocator's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cli = Cli::parse();
     init_logging(&cli);
