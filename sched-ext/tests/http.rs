@@ -39,6 +39,17 @@ struct GoHostPriority {
     Score: i64,
 }
 
+async fn metrics_text(client: &reqwest::Client, addr: SocketAddr) -> String {
+    client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 async fn serve(extender: Extender) -> SocketAddr {
     serve_limited(extender, 64 * 1024 * 1024).await
 }
@@ -216,14 +227,7 @@ async fn filter_and_prioritize_answer_kube_scheduler_requests() {
         .await
         .unwrap();
     assert_eq!(again, raw);
-    let metrics = client
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&client, addr).await;
     let passing = passing.len();
     for line in [
         "flexinfer_scheduler_node_metadata_total{source=\"request\"} 40".to_string(),
@@ -302,14 +306,7 @@ async fn metrics_count_decisions_rejections_and_latency() {
         .send()
         .await
         .unwrap();
-    let text = client
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&client, addr).await;
     for line in [
         r#"flexinfer_scheduler_requests_total{result="ok",verb="filter"} 1"#,
         r#"flexinfer_scheduler_filter_decisions_total{result="passed"} 7"#,
