@@ -11,11 +11,14 @@
 //! - [`controllers`]: the Kubernetes controllers (kube-runtime), with the
 //!   library entry point [`controllers::run`].
 //! - [`local`]: the local-process actuator.
+//! - [`cli`]: the `flexinfer-operator` command line and the controller
+//!   settings it describes.
 //! - [`federation`]: cluster selection, replica split and capacity for the
 //!   federation controllers.
 
 pub mod build;
 pub mod catalog;
+pub mod cli;
 pub mod controllers;
 pub mod federation;
 pub mod local;

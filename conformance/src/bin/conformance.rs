@@ -8,149 +8,12 @@
 //! `flexinfer-conformance load --gateway <url> --rate R|--concurrency C`
 //! loads a gateway and reports throughput, latency, TTFT and errors.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand};
-use flexinfer_conformance::conformance::roles::{self, Role};
-use flexinfer_conformance::conformance::{self, http::Target, local, report, Context, Profile};
-
-/// Conformance checks for a FlexInfer gateway.
-#[derive(Debug, Parser)]
-#[command(
-    name = "flexinfer-conformance",
-    version,
-    about,
-    long_about = "Conformance checks for a FlexInfer gateway: OpenAI API shapes, SSE framing \
-and chunk spacing, error answers, model extraction, routing strategies, cold start, auth and \
-rate limits, each reported with a stable id as pass, fail or skip (`run`), and a load \
-generator (`load`). `run` exits 0 when no check failed, 1 when one did, 2 when the run could \
-not start."
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Runs the checks of a profile and reports them.
-    Run(RunArgs),
-    /// Loads a gateway (or any OpenAI-compatible server) with chat
-    /// completions at a fixed rate (open loop) or concurrency (closed loop)
-    /// and reports throughput, latency and TTFT percentiles and errors.
-    Load(LoadArgs),
-}
-
-#[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("pace").required(true).args(["rate", "concurrency"])))]
-struct LoadArgs {
-    /// Base URL to load (plain http), e.g. http://127.0.0.1:8080.
-    #[arg(long)]
-    gateway: String,
-    /// Open loop: requests per second, sent on schedule whatever the answers
-    /// (latency counts from when each request was due).
-    #[arg(long)]
-    rate: Option<f64>,
-    /// Closed loop: requests in flight at all times, one per connection.
-    #[arg(long)]
-    concurrency: Option<usize>,
-    /// How long to load.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
-    duration: std::time::Duration,
-    /// Stream the answers (measures TTFT; a stream must end with [DONE]).
-    #[arg(long)]
-    stream: bool,
-    /// Model to ask for (default: the first one GET /v1/models lists).
-    #[arg(long)]
-    model: Option<String>,
-    /// API key, sent as `Authorization: Bearer <key>`.
-    #[arg(long, env = "FLEXINFER_API_KEY", hide_env_values = true)]
-    api_key: Option<String>,
-    /// max_tokens of each request.
-    #[arg(long, default_value_t = 16)]
-    max_tokens: u32,
-    /// Request path.
-    #[arg(long, default_value = "/v1/chat/completions")]
-    path: String,
-    /// Open loop: keep-alive connections to spread the requests over.
-    #[arg(long, default_value_t = 64)]
-    connections: usize,
-    /// Longest time one request may take.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
-    timeout: std::time::Duration,
-    /// Worker threads (default: one per CPU core).
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Write the JSON report to this file.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Write the Markdown report to this file.
-    #[arg(long, value_name = "FILE")]
-    markdown: Option<PathBuf>,
-    /// Write a PNG chart of per-second p50 (blue) and p99 (red) latency.
-    #[arg(long, value_name = "FILE")]
-    png: Option<PathBuf>,
-}
-
-#[derive(Debug, clap::Args)]
-struct RunArgs {
-    /// Base URL of the gateway to check (plain http), e.g. http://flexinfer-gateway.flexinfer-system.svc.
-    #[arg(long, required_unless_present = "local", conflicts_with = "local")]
-    gateway: Option<String>,
-    /// Start a flexinfer-sim and a flexinfer-gateway on loopback and check those
-    /// (binaries next to this one, or FLEXINFER_SIM_BIN / FLEXINFER_GATEWAY_BIN).
-    #[arg(long)]
-    local: bool,
-    /// API key, sent as `Authorization: Bearer <key>`.
-    #[arg(long, env = "FLEXINFER_API_KEY", hide_env_values = true)]
-    api_key: Option<String>,
-    /// Model to check with (default: the first one GET /v1/models lists).
-    #[arg(long)]
-    model: Option<String>,
-    /// Base URL of the flexinfer-sim serving --model, when it is one; lets
-    /// checks read its request recorder (implied by --local).
-    #[arg(long, conflicts_with = "local")]
-    sim_url: Option<String>,
-    /// Which checks to run: quick (protocol, errors, extraction) or full
-    /// (quick + streaming spacing, oversize body, routing, cold start, auth
-    /// and rate limits).
-    #[arg(long, value_enum, default_value_t = Profile::Quick)]
-    profile: Profile,
-    /// Model that plays ROLE in the full profile, as ROLE=MODEL (repeatable).
-    /// Roles: session, prefix, least-loaded, stream, cold, queue, slow,
-    /// limited. Unmapped roles use the model named conformance-<role> when
-    /// the gateway lists it; checks without their model are skipped.
-    #[arg(long = "role", value_name = "ROLE=MODEL", value_parser = roles::parse_assignment)]
-    roles: Vec<(Role, String)>,
-    /// The gateway's --max-body-bytes (the oversize check sends one byte more).
-    #[arg(long, default_value_t = conformance::DEFAULT_MAX_BODY_BYTES)]
-    max_body_bytes: usize,
-    /// The gateway's --max-queue-size (the queue-full check fills it).
-    #[arg(long, default_value_t = conformance::DEFAULT_MAX_QUEUE_SIZE)]
-    max_queue_size: usize,
-    /// Leave out a check (its id) or a group (a prefix ending in `.`, e.g.
-    /// `routing.`); reported as skipped with the reason (repeatable). For a
-    /// backend known to lack a feature, e.g. embeddings.
-    #[arg(long = "skip", value_name = "ID")]
-    skip: Vec<String>,
-    /// Start the --local stack deliberately misconfigured (negative controls).
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        hide = true,
-        requires = "local"
-    )]
-    local_break: Vec<local::Break>,
-    /// Write a JSON report to this file.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Write a JUnit XML report to this file.
-    #[arg(long, value_name = "FILE")]
-    junit: Option<PathBuf>,
-}
+use clap::Parser;
+use flexinfer_conformance::cli::{Cli, Command, LoadArgs, RunArgs};
+use flexinfer_conformance::conformance::{self, http::Target, local, report, Context};
 
 fn main() -> ExitCode {
     let args = match Cli::parse().command {
@@ -300,11 +163,7 @@ async fn load(args: LoadArgs) -> Result<()> {
     if args.stream {
         body["stream"] = serde_json::json!(true);
     }
-    let pace = match (args.rate, args.concurrency) {
-        (Some(rate), _) => engine::Pace::Rate(rate),
-        (None, Some(c)) => engine::Pace::Concurrency(c),
-        (None, None) => anyhow::bail!("give --rate or --concurrency"),
-    };
+    let pace = args.pace().context("give --rate or --concurrency")?;
     let connections = match pace {
         engine::Pace::Concurrency(c) => c,
         engine::Pace::Rate(_) => args.connections,

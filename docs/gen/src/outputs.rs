@@ -50,16 +50,18 @@ impl Output {
     }
 }
 
-/// The configuration reference: every binary whose command line is
-/// reachable from its library.
+/// The configuration reference: the command line of every binary the
+/// images ship, each defined in its crate's library.
 pub fn configuration() -> String {
     let commands = [
         flexinfer_gateway::cli::Cli::command(),
+        flexinfer_operator::cli::Cli::command(),
         flexinfer_sched::cli::Cli::command(),
         flexinfer_node::cli::Cli::command(),
         flexinfer_flashload::cli::Cli::command(),
         flexinfer_bench::cli::Cli::command(),
         flexinfer_conformance::sim::cli::SimArgs::command(),
+        flexinfer_conformance::cli::Cli::command(),
     ];
     let mut out = String::from(
         "# Configuration reference\n\n\
@@ -70,7 +72,6 @@ pub fn configuration() -> String {
          value (`--flag true`, or the environment variable), so that they can be set from a \
          container's environment. Durations accept `humantime` forms: `500ms`, `30s`, `5m`, \
          `1h 30m`.\n\n\
-         `flexinfer-operator` and `flexinfer-conformance` describe their options with `--help`. \
          The Helm chart's values are documented in `helm/flexinfer/values.yaml`.\n\n",
     );
     out.push_str("| Binary | Image target | Role |\n|---|---|---|\n");
@@ -79,6 +80,10 @@ pub fn configuration() -> String {
             "flexinfer-gateway",
             "OpenAI-compatible proxy, activator and (embedded) operator",
         ),
+        (
+            "flexinfer-operator",
+            "standalone operator: the Kubernetes controllers outside the gateway",
+        ),
         ("flexinfer-sched", "kube-scheduler extender"),
         ("flexinfer-agent", "node agent (DaemonSet)"),
         ("flexinfer-flashload", "model preload init container"),
@@ -86,6 +91,10 @@ pub fn configuration() -> String {
         (
             "flexinfer-sim",
             "simulated model server for tests and demos",
+        ),
+        (
+            "flexinfer-conformance",
+            "conformance checks and load generator for a gateway",
         ),
     ] {
         let anchor = binary.replace(' ', "-");

@@ -94,19 +94,45 @@ fn rendered_rbac_is_least_privilege_per_component() {
     assert!(stdout.contains("RBAC OK"), "{stdout}");
 }
 
-/// The command line of a binary the chart runs, when its library exposes it.
+/// The command line of a binary the chart runs.
 fn command_of(binary: &str) -> Option<clap::Command> {
     match binary {
         "flexinfer-gateway" => Some(flexinfer_gateway::cli::Cli::command()),
+        "flexinfer-operator" => Some(flexinfer_operator::cli::Cli::command()),
         "flexinfer-sched" => Some(flexinfer_sched::cli::Cli::command()),
         "flexinfer-agent" => Some(flexinfer_node::cli::Cli::command()),
-        // The operator keeps its command line in its binary.
         _ => None,
     }
 }
 
+/// Variables of the operator's `operator.env` values map, which the chart
+/// passes through as they are: those its template does not set itself
+/// (`EXTRA` in `values-all.yaml`; in practice the backend catalog's image
+/// overrides such as `DEFAULT_VLLM_IMAGE`, which the operator reads outside
+/// its command line).
+fn operator_values_env(container: &Value) -> Vec<String> {
+    let template = std::fs::read_to_string(
+        repo_root().join("helm/flexinfer/templates/operator-deployment.yaml"),
+    )
+    .unwrap();
+    let chart_env: Vec<&str> = template
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- name: "))
+        .filter(|name| name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        .collect();
+    container["env"]
+        .as_object()
+        .expect("env")
+        .keys()
+        .filter(|name| !chart_env.contains(&name.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// The argument vector equivalent to a container's args and environment:
-/// each variable becomes the flag that reads it.
+/// each variable becomes the flag that reads it. Variables read outside the
+/// command line ([`EXTERNAL_ENV`], and the operator's values-supplied ones,
+/// see [`operator_values_env`]) are left out.
 fn argv(command: &clap::Command, binary: &str, container: &Value) -> Vec<String> {
     let mut argv = vec![binary.to_owned()];
     argv.extend(
@@ -117,8 +143,13 @@ fn argv(command: &clap::Command, binary: &str, container: &Value) -> Vec<String>
             .map(|a| a.as_str().unwrap_or_default().to_owned()),
     );
     let env: BTreeMap<String, Value> = serde_json::from_value(container["env"].clone()).unwrap();
+    let passed_through = if binary == "flexinfer-operator" {
+        operator_values_env(container)
+    } else {
+        Vec::new()
+    };
     for (name, value) in env {
-        if EXTERNAL_ENV.contains(&name.as_str()) {
+        if EXTERNAL_ENV.contains(&name.as_str()) || passed_through.contains(&name) {
             continue;
         }
         let arg = command
@@ -191,17 +222,19 @@ fn chart_flags_and_env_are_understood_by_the_binaries() {
         }
         checked += 1;
     }
-    // Defaults: gateway + agent; all options: gateway, sched, agent; HA: three.
-    assert!(checked >= 8, "only {checked} containers checked");
+    // Defaults: gateway + agent; all options: gateway, operator, sched,
+    // agent; HA: three; global: gateway, operator.
+    assert!(checked >= 11, "only {checked} containers checked");
 }
 
-/// Every flag and environment variable the chart's operator template sets
-/// is one the operator reads. The operator keeps its command line in its
-/// binary (`operator/src/main.rs`), so its `#[arg(long, env = ...)]` fields
-/// are read from the source; variables of the values' `operator.env` maps
-/// are not the chart's and are not checked.
+/// The operator's settings from the chart (its template's flags and
+/// environment, parsed by `flexinfer_operator::cli::Cli`) are the ones the
+/// values ask for: federation with its failure threshold, leader election
+/// with the chart's Lease when there is more than one replica, and the
+/// chart's flash-loader image.
 #[test]
 fn chart_operator_settings_are_read_by_the_operator() {
+    use clap::Parser;
     let summary = std::env::temp_dir().join(format!("flexinfer-op-{}.json", std::process::id()));
     let Some(_) = run_check(&["--summary", summary.to_str().unwrap()]) else {
         return;
@@ -209,74 +242,47 @@ fn chart_operator_settings_are_read_by_the_operator() {
     let text = std::fs::read_to_string(&summary).expect("summary written");
     let _ = std::fs::remove_file(&summary);
     let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
-    let source = std::fs::read_to_string(repo_root().join("operator/src/main.rs")).unwrap();
-    let cli = &source[source.find("struct Cli {").expect("struct Cli")..];
-    let cli = &cli[..cli.find("\n}").expect("end of struct Cli")];
-    let envs: Vec<&str> = cli
-        .split("env = \"")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .collect();
-    let fields: Vec<String> = cli
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.starts_with('#') && !l.starts_with("//"))
-        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim()))
-        .filter(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
-        .map(|name| name.replace('_', "-"))
-        .collect();
-    assert!(envs.contains(&"FLEXINFER_FEDERATION"), "{envs:?}");
-    let template = std::fs::read_to_string(
-        repo_root().join("helm/flexinfer/templates/operator-deployment.yaml"),
-    )
-    .unwrap();
-    let chart_env: Vec<&str> = template
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("- name: "))
-        .filter(|name| name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
-        .collect();
+    let command = flexinfer_operator::cli::Cli::command();
     let mut checked = 0;
     for container in summary["containers"].as_array().expect("containers") {
         if container["binary"] != "flexinfer-operator" {
             continue;
         }
-        let env = container["env"].as_object().expect("env");
-        for (name, value) in env {
-            if !chart_env.contains(&name.as_str()) || EXTERNAL_ENV.contains(&name.as_str()) {
-                continue;
-            }
+        let argv = argv(&command, "flexinfer-operator", container);
+        let cli = flexinfer_operator::cli::Cli::try_parse_from(&argv).unwrap_or_else(|e| {
+            panic!(
+                "{} {}: flexinfer-operator rejects the chart's settings {argv:?}: {e}",
+                container["values"], container["workload"]
+            )
+        });
+        let settings = cli.controller_settings("operator-0", BTreeMap::new());
+        let env = &container["env"];
+        let context = format!("{} {}", container["values"], container["workload"]);
+        let threshold = env["FLEXINFER_CLUSTER_FAILURE_THRESHOLD"]
+            .as_str()
+            .map(|v| v.parse::<u32>().expect("an integer threshold"));
+        assert_eq!(
+            settings.federation.map(|f| f.failure_threshold),
+            threshold,
+            "{context}: federation and its failure threshold"
+        );
+        let leader_elect = env["LEADER_ELECT"] == "true";
+        let lease = settings
+            .leader_election
+            .as_ref()
+            .map(|le| le.lease_name.as_str());
+        assert_eq!(lease.is_some(), leader_elect, "{context}: leader election");
+        if let Some(lease) = lease {
             assert!(
-                envs.contains(&name.as_str()),
-                "{} {}: the chart sets {name}, which no flag of flexinfer-operator reads",
-                container["values"],
-                container["workload"]
-            );
-            let value = value.as_str().unwrap_or_default();
-            match name.as_str() {
-                "FLEXINFER_FEDERATION" | "LEADER_ELECT" => {
-                    assert!(matches!(value, "true" | "false"), "{name}={value:?}")
-                }
-                "FLEXINFER_CLUSTER_FAILURE_THRESHOLD" => assert!(
-                    value.parse::<u32>().is_ok_and(|n| n >= 1),
-                    "{name}={value:?}: the operator wants an integer of at least 1"
-                ),
-                _ => {}
-            }
-        }
-        for arg in container["args"].as_array().into_iter().flatten() {
-            let arg = arg.as_str().unwrap_or_default();
-            let long = arg
-                .trim_start_matches("--")
-                .split('=')
-                .next()
-                .unwrap_or_default();
-            assert!(
-                fields.iter().any(|f| f == long),
-                "{} {}: flexinfer-operator has no flag --{long}",
-                container["values"],
-                container["workload"]
+                argv.contains(&format!("--leader-election-id={lease}")),
+                "{context}: Lease {lease} is not the chart's ({argv:?})"
             );
         }
+        assert_eq!(
+            Some(settings.build.flash_loader_image.as_str()),
+            env["DEFAULT_FLASH_LOADER_IMAGE"].as_str(),
+            "{context}: flash-loader image"
+        );
         checked += 1;
     }
     assert_eq!(checked, 2, "values-all and values-global run the operator");
