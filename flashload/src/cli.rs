@@ -157,6 +157,10 @@ pub struct PullArgs {
     #[arg(long, env = "FLASH_OCI_DEST", value_name = "DIR")]
     pub dest: PathBuf,
 
+    /// Layers fetched at once, each on its own connection.
+    #[arg(long, env = "FLASH_OCI_JOBS", default_value_t = crate::oci::pull::DEFAULT_JOBS, value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: u16,
+
     /// Name of the environment variable holding the registry username.
     #[arg(
         long,

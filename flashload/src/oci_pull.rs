@@ -117,6 +117,7 @@ pub fn run(args: &PullArgs) -> Result<String> {
             &args.dest,
             Some(Arc::clone(&counters)),
             started,
+            args.jobs,
         )
         .await;
         reporter.finish();

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use flexinfer_flashload::oci::pull::{pull, resolve, MARKER_NAME};
+use flexinfer_flashload::oci::pull::{pull, pull_manifest, resolve, MARKER_NAME};
 use flexinfer_flashload::oci::{ClientOptions, Credentials, OciError, Reference, RegistryClient};
 use flexinfer_flashload::progress::Counters;
 use support::registry::{pseudo_random, Registry};
@@ -340,6 +340,64 @@ async fn an_interrupted_pull_resumes_with_a_range_request() {
     assert_eq!(summary.resumed, 0);
     assert_eq!(summary.downloaded, (gguf.len() + config.len()) as u64);
     assert_eq!(std::fs::read(dest.path().join("tiny.gguf")).unwrap(), gguf);
+}
+
+/// Layers are fetched several at once, each on its own connection, and
+/// the files are the same whatever the number of jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layers_are_fetched_in_parallel() {
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let files: Vec<(String, Vec<u8>)> = (0..6)
+        .map(|i| {
+            (
+                format!("shard-{i}.bin"),
+                pseudo_random(3 * MIB + i, 40 + i as u64),
+            )
+        })
+        .collect();
+    let named: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(name, bytes)| (name.as_str(), bytes.as_slice()))
+        .collect();
+    reg.push("models/sharded", "v1", &named);
+    for jobs in [1u16, 4] {
+        let (relay_addr, seen) = support::relay::start(reg.addr.clone()).await;
+        let c = client(&relay_addr, None);
+        let reference = Reference::parse(&format!("oci://{relay_addr}/models/sharded:v1")).unwrap();
+        let dest = tempfile::tempdir().unwrap();
+        let fetched = c.manifest(&reference).await.unwrap();
+        let summary = pull_manifest(
+            &c,
+            &reference,
+            fetched,
+            dest.path(),
+            None,
+            Instant::now(),
+            jobs,
+        )
+        .await
+        .unwrap();
+        let total: usize = files.iter().map(|(_, b)| b.len()).sum();
+        assert_eq!(summary.downloaded, total as u64, "jobs {jobs}");
+        for (name, bytes) in &files {
+            assert_eq!(
+                &std::fs::read(dest.path().join(name)).unwrap(),
+                bytes,
+                "jobs {jobs}"
+            );
+        }
+        let most = seen.most_open.load(Ordering::SeqCst);
+        if jobs == 1 {
+            assert_eq!(most, 1, "one layer at a time reuses one connection");
+        } else {
+            assert!(
+                most >= 2,
+                "jobs {jobs}: at most {most} connection(s) at once"
+            );
+        }
+    }
 }
 
 /// Throughput figure of a ~50 MiB artifact over loopback (printed; the

@@ -1,18 +1,21 @@
 //! Pulling a whole artifact: resolve the reference to a manifest digest,
-//! then fetch every layer into the destination under its title, verified,
-//! with retries that resume from what arrived. A marker holding the
-//! manifest digest makes a second pull of the same digest a no-op.
+//! then fetch the layers into the destination under their titles, several
+//! at once, verified, with retries that resume from what arrived. A marker
+//! holding the manifest digest makes a second pull of the same digest a
+//! no-op.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::blob;
 use super::client::{FetchedManifest, RegistryClient};
 use super::digest::Digest;
 use super::error::{OciError, Result};
+use super::manifest::Descriptor;
 use super::reference::Reference;
 use crate::progress::Counters;
 use crate::units::{gigabytes_per_second, megabytes};
@@ -23,6 +26,10 @@ pub const MARKER_NAME: &str = ".flexinfer-oci-pull.json";
 pub const ATTEMPTS: u32 = 3;
 /// Delay before the first retry (doubled after each).
 pub const RETRY_DELAY: Duration = Duration::from_secs(2);
+/// Layers fetched at once by default: one connection each, so that a
+/// registry that limits the throughput of one connection (object storage
+/// behind it) is read in parallel.
+pub const DEFAULT_JOBS: u16 = 4;
 
 /// Content of the completion marker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,11 +109,22 @@ pub async fn pull(
 ) -> Result<PullSummary> {
     let started = Instant::now();
     let fetched = client.manifest(reference).await?;
-    pull_manifest(client, reference, fetched, dest, counters, started).await
+    pull_manifest(
+        client,
+        reference,
+        fetched,
+        dest,
+        counters,
+        started,
+        DEFAULT_JOBS,
+    )
+    .await
 }
 
-/// [`pull`] of a manifest already fetched (and verified) for `reference`;
-/// `started` is when the pull began, for the summary's elapsed time.
+/// [`pull`] of a manifest already fetched (and verified) for `reference`,
+/// with up to `jobs` layers in flight; `started` is when the pull began,
+/// for the summary's elapsed time. The first layer that fails ends the
+/// pull (the others' partial files stay, to be resumed).
 pub async fn pull_manifest(
     client: &RegistryClient,
     reference: &Reference,
@@ -114,6 +132,7 @@ pub async fn pull_manifest(
     dest: &Path,
     counters: Option<Arc<Counters>>,
     started: Instant,
+    jobs: u16,
 ) -> Result<PullSummary> {
     let resolved = reference.with_digest(fetched.digest.clone());
     let names = fetched.manifest.file_names()?;
@@ -157,23 +176,16 @@ pub async fn pull_manifest(
             c.add_bytes(n);
         }
     };
-    for (layer, name) in fetched.manifest.layers.iter().zip(&names) {
-        let mut delay = RETRY_DELAY;
-        let mut attempt = 1;
-        let outcome = loop {
-            match blob::fetch(client, &reference.repository, layer, name, dest, &progress).await {
-                Ok(outcome) => break outcome,
-                Err(err @ OciError::Http { .. }) if attempt < ATTEMPTS => {
-                    tracing::warn!(
-                        "{name}: {err}; retrying in {delay:?} (attempt {attempt} of {ATTEMPTS})"
-                    );
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                    attempt += 1;
-                }
-                Err(err) => return Err(err),
-            }
-        };
+    let repository = reference.repository.as_str();
+    let mut fetches = futures::stream::iter(fetched.manifest.layers.iter().zip(&names))
+        .map(|(layer, name)| async move {
+            fetch_with_retries(client, repository, layer, name, dest, &progress)
+                .await
+                .map(|outcome| (layer, outcome))
+        })
+        .buffer_unordered(usize::from(jobs.max(1)));
+    while let Some(fetched_layer) = fetches.next().await {
+        let (layer, outcome) = fetched_layer?;
         summary.downloaded += outcome.downloaded;
         summary.resumed += outcome.resumed_from;
         if outcome.reused {
@@ -194,6 +206,33 @@ pub async fn pull_manifest(
     write_marker(&marker_path, &marker)?;
     summary.elapsed = started.elapsed();
     Ok(summary)
+}
+
+/// Fetches one layer, retrying broken transfers (each retry resumes).
+async fn fetch_with_retries(
+    client: &RegistryClient,
+    repository: &str,
+    layer: &Descriptor,
+    name: &str,
+    dest: &Path,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<blob::BlobOutcome> {
+    let mut delay = RETRY_DELAY;
+    let mut attempt = 1;
+    loop {
+        match blob::fetch(client, repository, layer, name, dest, progress).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(err @ OciError::Http { .. }) if attempt < ATTEMPTS => {
+                tracing::warn!(
+                    "{name}: {err}; retrying in {delay:?} (attempt {attempt} of {ATTEMPTS})"
+                );
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+            Err(err) => return Err(err),
+        }
+    }
 }
 
 fn read_marker(path: &Path) -> Option<PullMarker> {

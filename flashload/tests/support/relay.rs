@@ -19,6 +19,10 @@ pub struct Seen {
     pub bytes_down: AtomicU64,
     /// Strip `Range` request headers.
     pub strip_range: AtomicBool,
+    /// Client connections open now.
+    pub open: AtomicU64,
+    /// Most client connections open at once.
+    pub most_open: AtomicU64,
 }
 
 impl Seen {
@@ -46,9 +50,12 @@ pub async fn start(upstream: String) -> (String, Arc<Seen>) {
             let upstream = upstream.clone();
             let seen = seen2.clone();
             tokio::spawn(async move {
+                let now = seen.open.fetch_add(1, Ordering::SeqCst) + 1;
+                seen.most_open.fetch_max(now, Ordering::SeqCst);
                 if let Ok(server) = TcpStream::connect(&upstream).await {
-                    relay(client, server, seen).await;
+                    relay(client, server, seen.clone()).await;
                 }
+                seen.open.fetch_sub(1, Ordering::SeqCst);
             });
         }
     });
