@@ -606,9 +606,17 @@ async fn the_global_proxy_object_is_watched_in_kubernetes() {
             loop {
                 let object = proxies.get_status("global").await.expect("read the status");
                 let status = object.status.unwrap_or_default();
+                let holds = |kind: &str| {
+                    status
+                        .conditions
+                        .iter()
+                        .any(|c| c.type_ == kind && c.status == "True")
+                };
                 if status.active_cluster.as_deref() == Some(active)
                     && status.healthy_clusters == Some(2)
                     && status.total_clusters == Some(2)
+                    && holds("Ready")
+                    && holds("Accepted")
                 {
                     return;
                 }
@@ -649,7 +657,25 @@ async fn the_global_proxy_object_is_watched_in_kubernetes() {
         .patch("global", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("patch the GlobalProxy");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The refusal is reported on the object, for the generation refused.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let object = proxies.get_status("global").await.expect("read the status");
+        let generation = object.metadata.generation;
+        let status = object.status.unwrap_or_default();
+        let accepted = status.conditions.iter().find(|c| c.type_ == "Accepted");
+        if let Some(c) = accepted.filter(|c| c.status == "False") {
+            assert_eq!(c.reason, "InvalidSpec");
+            assert!(c.message.contains("nowhere"), "{}", c.message);
+            assert_eq!(c.observed_generation, generation);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the refusal was not reported: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for _ in 0..3 {
         assert_eq!(chat(&global, "m").await.1, "west");
     }

@@ -25,6 +25,7 @@ pub mod monitor;
 pub mod policy;
 pub mod probe;
 pub mod registry;
+pub mod status;
 pub mod watch;
 
 use std::path::Path;

@@ -11,6 +11,7 @@ use kube::runtime::WatchStreamExt;
 use tokio::sync::watch;
 
 use super::config::GlobalConfig;
+use super::status::{SpecVerdict, StatusDocument};
 use crate::kube::rbac::RbacRule;
 
 /// The permissions the global gateway needs to read its GlobalProxy (not
@@ -64,9 +65,10 @@ impl GlobalObject {
 }
 
 /// Watches the object until the receiver is dropped, sending each version
-/// that validates, and writes each new [`ProxyStatus`] into its `status`.
-/// An invalid version is logged and the previous one stays in force; so
-/// does the last one when the object is deleted.
+/// that validates, and writes each new [`ProxyStatus`] into its `status`
+/// with the `Ready` and `Accepted` conditions ([`super::status`]). An
+/// invalid version is logged and reported in `Accepted`, and the previous
+/// one stays in force; so does the last one when the object is deleted.
 pub async fn run(
     object: GlobalObject,
     tx: watch::Sender<Option<GlobalConfig>>,
@@ -80,7 +82,13 @@ pub async fn run(
         }
     };
     let api: Api<GlobalProxy> = Api::namespaced(client, &object.namespace);
-    let writer = tokio::spawn(write_status(api.clone(), object.name.clone(), status));
+    let (verdict_tx, verdict) = watch::channel(None);
+    let writer = tokio::spawn(write_status(
+        api.clone(),
+        object.name.clone(),
+        status,
+        verdict,
+    ));
     let config = watcher::Config::default().fields(&format!("metadata.name={}", object.name));
     let mut events = watcher(api, config).default_backoff().boxed();
     while let Some(event) = events.next().await {
@@ -99,36 +107,50 @@ pub async fn run(
         if proxy.metadata.name.as_deref() != Some(object.name.as_str()) {
             continue;
         }
+        let generation = proxy.metadata.generation;
         match GlobalConfig::from_spec(&proxy.spec) {
             Ok(config) => {
+                verdict_tx.send_replace(Some(SpecVerdict {
+                    generation,
+                    refused: None,
+                }));
                 if tx.send(Some(config)).is_err() {
                     break;
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, name = %object.name, "invalid GlobalProxy; keeping the previous clusters")
+                tracing::error!(error = %e, name = %object.name, "invalid GlobalProxy; keeping the previous clusters");
+                verdict_tx.send_replace(Some(SpecVerdict {
+                    generation,
+                    refused: Some(e.to_string()),
+                }));
             }
         }
     }
     writer.abort();
 }
 
-/// Patches `status` whenever the monitor reports a new one; a failed write
-/// is logged and retried with the next change.
+/// Patches `status` whenever the monitor reports a new one or a spec
+/// version is accepted or refused; a failed write is logged and retried
+/// with the next change.
 async fn write_status(
     api: Api<GlobalProxy>,
     name: String,
     mut status: watch::Receiver<Option<ProxyStatus>>,
+    mut verdict: watch::Receiver<Option<SpecVerdict>>,
 ) {
-    while status.changed().await.is_ok() {
-        let Some(current) = status.borrow_and_update().clone() else {
+    let mut document = StatusDocument::default();
+    loop {
+        tokio::select! {
+            changed = status.changed() => if changed.is_err() { break },
+            changed = verdict.changed() => if changed.is_err() { break },
+        }
+        let seen = status.borrow_and_update().clone();
+        let judged = verdict.borrow_and_update().clone();
+        if seen.is_none() && judged.is_none() {
             continue;
-        };
-        let patch = serde_json::json!({"status": {
-            "activeCluster": current.active_cluster,
-            "healthyClusters": current.healthy_clusters,
-            "totalClusters": current.total_clusters,
-        }});
+        }
+        let patch = document.patch(seen.as_ref(), judged.as_ref(), std::time::SystemTime::now());
         if let Err(e) = api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
