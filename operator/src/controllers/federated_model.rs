@@ -40,6 +40,7 @@ use super::apply::{up_to_date, with_digest};
 use super::conditions::{sort_conditions, Conditions};
 use super::federation::FederationContext;
 use super::Error;
+use crate::federation::capacity;
 use crate::federation::distribution::{self, Candidate};
 use crate::federation::selection::{self, ClusterView, InvalidSelector, Selection};
 use crate::federation::{
@@ -93,6 +94,22 @@ pub struct Plan {
 pub fn plan(fm: &FederatedModel, clusters: &[Cluster]) -> Result<Plan, InvalidSelector> {
     let views: Vec<ClusterView> = clusters.iter().map(ClusterView::of).collect();
     let selection = selection::select(&fm.spec.placement, &views)?;
+    // Room counts only where the model does not run yet: replicas that
+    // run (or wait) somewhere are not moved for capacity.
+    let running: BTreeSet<&str> = fm
+        .status
+        .iter()
+        .flat_map(|s| &s.clusters)
+        .filter(|c| c.total_replicas.unwrap_or(0) > 0)
+        .map(|c| c.cluster.as_str())
+        .collect();
+    let room = |name: &str| {
+        if running.contains(name) {
+            return None;
+        }
+        let cluster = clusters.iter().find(|c| c.name_any() == name)?;
+        capacity::replica_room(&fm.spec.template, cluster.status.as_ref()?)
+    };
     let candidates: Vec<Candidate> = selection
         .selected
         .iter()
@@ -100,6 +117,7 @@ pub fn plan(fm: &FederatedModel, clusters: &[Cluster]) -> Result<Plan, InvalidSe
             name: c.name.clone(),
             weight: distribution::weight_of(fm.spec.routing.as_ref(), &c.name),
             ready: c.ready,
+            room: room(&c.name),
         })
         .collect();
     let per_cluster = u32::try_from(fm.spec.placement.replicas_per_cluster).unwrap_or(1);
@@ -704,6 +722,67 @@ mod tests {
             .shares
             .values()
             .all(|&n| n == 0));
+    }
+
+    #[test]
+    fn new_replicas_go_where_there_are_free_gpus() {
+        use flexinfer_crds::v1alpha2::{
+            FederatedModelClusterStatus, FederatedModelStatus, GpuSpec, GpuVendor,
+        };
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+        let mut fm = federated(&[]);
+        fm.spec.placement.replicas_per_cluster = 2;
+        fm.spec.template.gpu = Some(GpuSpec {
+            vendor: GpuVendor::Nvidia,
+            count: Some(2),
+            ..Default::default()
+        });
+        let probed = |name: &str, free_gpus: &str| {
+            let mut c = cluster(name, Some(ClusterPhase::Ready));
+            if let Some(status) = c.status.as_mut() {
+                status.capacity =
+                    BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity("8".into()))]);
+                status.available =
+                    BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity(free_gpus.into()))]);
+            }
+            c
+        };
+        // `a` has 2 free GPUs: room for one 2-GPU replica of its 2; `b`
+        // has room for 3; `c` was never probed (unknown room).
+        let clusters = [
+            probed("a", "2"),
+            probed("b", "6"),
+            cluster("c", Some(ClusterPhase::Ready)),
+        ];
+        let p = plan(&fm, &clusters).unwrap();
+        assert_eq!(
+            p.shares,
+            BTreeMap::from([
+                ("a".to_owned(), 1),
+                ("b".to_owned(), 3),
+                ("c".to_owned(), 2)
+            ])
+        );
+        // Where the model already runs, its replicas are not moved for
+        // capacity (its own pods use the GPUs that look taken).
+        fm.status = Some(FederatedModelStatus {
+            clusters: vec![FederatedModelClusterStatus {
+                cluster: "a".into(),
+                total_replicas: Some(2),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let p = plan(&fm, &clusters).unwrap();
+        assert_eq!(
+            p.shares,
+            BTreeMap::from([
+                ("a".to_owned(), 2),
+                ("b".to_owned(), 2),
+                ("c".to_owned(), 2)
+            ])
+        );
     }
 
     #[test]

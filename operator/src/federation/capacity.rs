@@ -11,7 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flexinfer_crds::quantity;
+use flexinfer_crds::v1alpha2::{ClusterStatus, GpuVendor, ModelSpec};
+use flexinfer_crds::{gpu, quantity};
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -169,6 +170,35 @@ pub fn to_quantities(amounts: &Amounts) -> BTreeMap<String, Quantity> {
         .collect()
 }
 
+/// Replicas of a model with `template` that a member cluster reporting
+/// `status` has room for, from its free GPUs of the model's vendor (all
+/// GPU kinds for `auto`): `None` for CPU models and for clusters not
+/// probed yet (no capacity reported). A cluster that reports capacity but
+/// no free GPU of the kind has room for none.
+pub fn replica_room(template: &ModelSpec, status: &ClusterStatus) -> Option<u32> {
+    let per_replica = template.gpu_count();
+    if per_replica <= 0 || status.capacity.is_empty() {
+        return None;
+    }
+    let resources: &[&str] = match template.gpu_vendor() {
+        GpuVendor::Nvidia => &[gpu::NVIDIA_GPU_RESOURCE],
+        GpuVendor::Amd => &[gpu::AMD_GPU_RESOURCE],
+        GpuVendor::Auto => &gpu::GPU_RESOURCES,
+        GpuVendor::Cpu => return None,
+    };
+    let free: f64 = resources
+        .iter()
+        .filter_map(|r| status.available.get(*r))
+        .filter_map(quantity::to_f64)
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .sum();
+    Some(
+        (free / f64::from(per_replica))
+            .floor()
+            .min(f64::from(u32::MAX)) as u32,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +211,45 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
             .collect()
+    }
+
+    #[test]
+    fn replica_room_counts_free_gpus_of_the_models_vendor() {
+        use flexinfer_crds::v1alpha2::GpuSpec;
+
+        let model = |vendor, count| ModelSpec {
+            gpu: Some(GpuSpec {
+                vendor,
+                count: Some(count),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let status = ClusterStatus {
+            capacity: q(&[("nvidia.com/gpu", "8"), ("amd.com/gpu", "4"), ("cpu", "64")]),
+            available: q(&[("nvidia.com/gpu", "5"), ("amd.com/gpu", "3"), ("cpu", "10")]),
+            ..Default::default()
+        };
+        assert_eq!(replica_room(&model(GpuVendor::Nvidia, 2), &status), Some(2));
+        assert_eq!(replica_room(&model(GpuVendor::Amd, 1), &status), Some(3));
+        assert_eq!(replica_room(&model(GpuVendor::Auto, 4), &status), Some(2));
+        // CPU models and unprobed clusters: no limit known.
+        assert_eq!(replica_room(&model(GpuVendor::Cpu, 1), &status), None);
+        assert_eq!(replica_room(&ModelSpec::default(), &status), None);
+        assert_eq!(
+            replica_room(&model(GpuVendor::Nvidia, 1), &ClusterStatus::default()),
+            None
+        );
+        // Probed, but no GPU of the kind free (or at all): room for none.
+        let cpu_only = ClusterStatus {
+            capacity: q(&[("cpu", "64")]),
+            available: q(&[("cpu", "64")]),
+            ..Default::default()
+        };
+        assert_eq!(
+            replica_room(&model(GpuVendor::Nvidia, 1), &cpu_only),
+            Some(0)
+        );
     }
 
     fn node(name: &str, allocatable: &[(&str, &str)], ready: Option<&str>) -> Node {

@@ -20,6 +20,13 @@
 //!    running somewhere.
 //! 5. Clusters that are not ready, and ready clusters whose share comes
 //!    out as 0, run nothing (no Model is kept there).
+//! 6. A ready cluster that reports its free GPUs has room for a known
+//!    number of replicas ([`Candidate::room`]). A share above the room is
+//!    cut to it, and the replicas cut go one at a time to the ready
+//!    clusters that still have room (or report none), heaviest first,
+//!    then the one with fewest replicas, then by name. Replicas that fit
+//!    nowhere stay where rule 3 put them (their pods wait there, as they
+//!    would in a single cluster), so the total never changes.
 
 use std::collections::BTreeMap;
 
@@ -34,6 +41,9 @@ pub struct Candidate {
     pub weight: u32,
     /// Whether it may receive replicas now.
     pub ready: bool,
+    /// Replicas it has room for (its replicas of this model now, plus what
+    /// its free GPUs hold); `None` when unknown or unbounded.
+    pub room: Option<u32>,
 }
 
 /// Weight of `cluster`: its entry in `routing.weights` (negative → 0),
@@ -79,7 +89,46 @@ pub fn distribute(replicas_per_cluster: u32, candidates: &[Candidate]) -> BTreeM
             *share = share.saturating_add(1);
         }
     }
+    fit_to_room(&mut shares, &ready);
     shares
+}
+
+/// Rule 6: moves replicas above a cluster's room to ready clusters with
+/// room left.
+fn fit_to_room(shares: &mut BTreeMap<String, u32>, ready: &[&Candidate]) {
+    let share_of =
+        |shares: &BTreeMap<String, u32>, name: &str| shares.get(name).copied().unwrap_or(0);
+    // Replicas cut, with the cluster each came from.
+    let mut cut: Vec<&str> = Vec::new();
+    for c in ready {
+        if let Some(room) = c.room {
+            let share = share_of(shares, &c.name);
+            if share > room {
+                shares.insert(c.name.clone(), room);
+                cut.extend(std::iter::repeat_n(
+                    c.name.as_str(),
+                    (share - room) as usize,
+                ));
+            }
+        }
+    }
+    for from in cut {
+        let spare = |c: &&&Candidate| c.room.is_none_or(|room| share_of(shares, &c.name) < room);
+        let to = ready
+            .iter()
+            .filter(|c| c.weight > 0 || ready.iter().all(|c| c.weight == 0))
+            .filter(spare)
+            .min_by(|a, b| {
+                b.weight
+                    .cmp(&a.weight)
+                    .then(share_of(shares, &a.name).cmp(&share_of(shares, &b.name)))
+                    .then(a.name.cmp(&b.name))
+            })
+            .map_or(from, |c| c.name.as_str());
+        if let Some(share) = shares.get_mut(to) {
+            *share = share.saturating_add(1);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -91,6 +140,14 @@ mod tests {
             name: name.to_owned(),
             weight,
             ready,
+            room: None,
+        }
+    }
+
+    fn roomy(name: &str, weight: u32, room: u32) -> Candidate {
+        Candidate {
+            room: Some(room),
+            ..c(name, weight, true)
         }
     }
 
@@ -197,6 +254,56 @@ mod tests {
             pairs(&[("a", 0), ("b", 0)])
         );
         assert!(distribute(1, &[]).is_empty());
+    }
+
+    #[test]
+    fn replicas_above_a_clusters_room_move_to_clusters_with_room() {
+        // 2 + 2 wanted; `a` has room for 1: its second goes to `b`.
+        assert_eq!(
+            shares(2, &[roomy("a", 1, 1), roomy("b", 1, 5)]),
+            pairs(&[("a", 1), ("b", 3)])
+        );
+        // A cluster that reports nothing takes what others cannot hold.
+        assert_eq!(
+            shares(2, &[roomy("a", 1, 0), c("b", 1, true)]),
+            pairs(&[("a", 0), ("b", 4)])
+        );
+        // Heaviest first, then the one with fewest replicas.
+        assert_eq!(
+            shares(1, &[roomy("a", 1, 0), roomy("b", 1, 9), roomy("c", 2, 9)]),
+            pairs(&[("a", 0), ("b", 1), ("c", 3)])
+        );
+        // Nowhere to go: the replicas stay (their pods wait), total kept.
+        assert_eq!(
+            shares(2, &[roomy("a", 1, 1), roomy("b", 1, 2)]),
+            pairs(&[("a", 2), ("b", 2)])
+        );
+        // Zero-weight clusters take no overflow while weighted ones are up.
+        assert_eq!(
+            shares(2, &[roomy("a", 1, 1), roomy("b", 0, 9), roomy("c", 1, 9)]),
+            pairs(&[("a", 1), ("b", 0), ("c", 3)])
+        );
+        // Room is only cut for ready clusters; rule 3 still applies first.
+        assert_eq!(
+            shares(1, &[c("a", 1, false), roomy("b", 1, 1), roomy("c", 1, 9)]),
+            pairs(&[("a", 0), ("b", 1), ("c", 2)])
+        );
+    }
+
+    #[test]
+    fn room_never_changes_the_total() {
+        for per in 1..4u32 {
+            for rooms in 0..81u32 {
+                let cands: Vec<Candidate> = (0..4)
+                    .map(|i| roomy(&format!("c{i}"), i % 3, (rooms / 3u32.pow(i % 4)) % 3))
+                    .collect();
+                let sum: u64 = distribute(per, &cands)
+                    .values()
+                    .map(|&s| u64::from(s))
+                    .sum();
+                assert_eq!(sum, total_replicas(per, &cands), "per={per} rooms={rooms}");
+            }
+        }
     }
 
     #[test]
