@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use flexinfer_operator::local::{ModelStatus, Phase};
+use flexinfer_operator::lifecycle::{ModelStatus, Phase};
 use tokio::sync::{oneshot, watch};
 
 use crate::errors::ApiError;

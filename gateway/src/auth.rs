@@ -51,17 +51,13 @@ impl Auth {
         self.digests.is_empty()
     }
 
-    /// Checks an `Authorization` header value (`Bearer <key>`).
+    /// Checks an `Authorization` header value (`Bearer <key>`; the scheme
+    /// is case-insensitive and may be followed by several spaces, as RFC
+    /// 9110 allows).
     pub fn check(&self, authorization: Option<&[u8]>) -> bool {
-        let Some(value) = authorization else {
+        let Some(token) = authorization.and_then(bearer_token) else {
             return false;
         };
-        let Some(token) = value.strip_prefix(b"Bearer ") else {
-            return false;
-        };
-        if token.is_empty() {
-            return false;
-        }
         let digest: [u8; 32] = Sha256::digest(token).into();
         let mut ok = subtle::Choice::from(0);
         for d in &self.digests {
@@ -69,6 +65,16 @@ impl Auth {
         }
         ok.into()
     }
+}
+
+/// The token of a `Bearer` credential, if the value is one.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"Bearer") || rest.first() != Some(&b' ') {
+        return None;
+    }
+    let token = rest.trim_ascii_start();
+    (!token.is_empty()).then_some(token)
 }
 
 #[cfg(test)]
@@ -81,7 +87,13 @@ mod tests {
         assert!(a.check(Some(b"Bearer s3cret")));
         assert!(a.check(Some(b"Bearer other")));
         assert!(!a.check(Some(b"Bearer s3cret ")));
-        assert!(!a.check(Some(b"bearer s3cret")));
+        assert!(
+            a.check(Some(b"bearer s3cret")),
+            "the scheme is case-insensitive"
+        );
+        assert!(a.check(Some(b"BEARER  s3cret")), "several spaces");
+        assert!(!a.check(Some(b"Bearers3cret")));
+        assert!(!a.check(Some(b"Bearer")));
         assert!(!a.check(Some(b"Basic s3cret")));
         assert!(!a.check(Some(b"Bearer ")));
         assert!(!a.check(None));

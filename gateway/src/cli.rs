@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
-use clap::{Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -135,6 +135,27 @@ pub struct Cli {
     #[arg(long, env = "PROXY_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// Longest time from the first byte of a request header to its end;
+    /// slower clients get 408 and the connection is closed.
+    #[arg(long, env = "PROXY_CLIENT_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub client_header_timeout: Duration,
+
+    /// Largest request header (request line and all fields), in bytes;
+    /// larger ones get 431 and the connection is closed.
+    #[arg(long, env = "PROXY_MAX_HEADER_BYTES", default_value_t = 32 * 1024)]
+    pub max_header_bytes: usize,
+
+    /// Client connections open at once; further ones get 503 and are
+    /// closed (0: no limit).
+    #[arg(long, env = "PROXY_MAX_CONNECTIONS", default_value_t = 16_384)]
+    pub max_connections: usize,
+
+    /// Client connections open at once from one address (0: no limit).
+    /// Behind an ingress or load balancer every connection may come from a
+    /// few addresses: size it for those.
+    #[arg(long, env = "PROXY_MAX_CONNECTIONS_PER_CLIENT", default_value_t = 0)]
+    pub max_connections_per_client: usize,
+
     /// Require `Authorization: Bearer <key>` on inference routes.
     #[arg(long, env = "PROXY_AUTH_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
     pub auth_enabled: bool,
@@ -151,6 +172,18 @@ pub struct Cli {
     /// File with accepted API keys, one per line.
     #[arg(long, env = "PROXY_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
+
+    /// Admin keys, comma-separated: routes that change what a model server
+    /// serves (LoRA adapter load/unload), when a model serves them, need
+    /// one in `Authorization: Bearer`. Admin keys are accepted wherever
+    /// API keys are.
+    #[arg(
+        long,
+        env = "PROXY_ADMIN_AUTH_TOKEN",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub admin_auth_token: String,
 
     /// Enforce token-bucket rate limits.
     #[arg(long, env = "PROXY_RATE_LIMIT_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
@@ -183,6 +216,33 @@ pub struct Cli {
         default_value_t = 2
     )]
     pub upstream_max_attempts: usize,
+
+    /// Consecutive connection failures (refused, timed out, closed before
+    /// answering) that take an endpoint out of rotation (0: never).
+    #[arg(
+        long,
+        env = "FLEXINFER_PROXY_OUTLIER_CONSECUTIVE_FAILURES",
+        default_value_t = 3
+    )]
+    pub outlier_consecutive_failures: u32,
+
+    /// How long the first ejection of an endpoint lasts; each ejection in a
+    /// row doubles it. Afterwards one request tries the endpoint.
+    #[arg(long, env = "FLEXINFER_PROXY_OUTLIER_BASE_EJECTION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub outlier_base_ejection: Duration,
+
+    /// The longest ejection.
+    #[arg(long, env = "FLEXINFER_PROXY_OUTLIER_MAX_EJECTION", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub outlier_max_ejection: Duration,
+
+    /// Time between active health checks of fixed endpoints of models with
+    /// a `health` path.
+    #[arg(long, env = "FLEXINFER_PROXY_HEALTH_CHECK_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub health_check_interval: Duration,
+
+    /// Longest a health check may take before it counts as failed.
+    #[arg(long, env = "FLEXINFER_PROXY_HEALTH_CHECK_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub health_check_timeout: Duration,
 
     /// Time allowed to connect to an upstream pod.
     #[arg(long, env = "PROXY_UPSTREAM_CONNECT_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
@@ -239,6 +299,35 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// Parses the process's arguments and environment (see
+    /// [`Cli::try_parse_env_from`]), exiting with clap's message on error.
+    pub fn parse_env() -> Self {
+        Self::try_parse_env_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Parses `args` and the environment, where a variable set to the empty
+    /// string counts as unset: a chart renders an unset value as `""`, which
+    /// must mean "the default", not a value that fails to parse.
+    pub fn try_parse_env_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let command = Self::command().mut_args(|arg| {
+            let empty = arg
+                .get_env()
+                .and_then(std::env::var_os)
+                .is_some_and(|value| value.is_empty());
+            if empty {
+                arg.env(Option::<&'static str>::None)
+            } else {
+                arg
+            }
+        });
+        let mut matches = command.try_get_matches_from(args)?;
+        Self::from_arg_matches_mut(&mut matches)
+    }
+
     /// Checks values that clap cannot, collecting every problem.
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
@@ -322,6 +411,29 @@ impl Cli {
                     .to_string(),
             );
         }
+        if self.outlier_base_ejection.is_zero()
+            || self.outlier_max_ejection < self.outlier_base_ejection
+        {
+            problems.push(
+                "FLEXINFER_PROXY_OUTLIER_BASE_EJECTION must be > 0 and at most FLEXINFER_PROXY_OUTLIER_MAX_EJECTION"
+                    .to_string(),
+            );
+        }
+        if self.health_check_interval.is_zero() || self.health_check_timeout.is_zero() {
+            problems.push(
+                "FLEXINFER_PROXY_HEALTH_CHECK_INTERVAL and FLEXINFER_PROXY_HEALTH_CHECK_TIMEOUT must be > 0"
+                    .to_string(),
+            );
+        }
+        if self.client_header_timeout.is_zero() {
+            problems.push("PROXY_CLIENT_HEADER_TIMEOUT must be > 0".to_string());
+        }
+        if self.max_header_bytes < 1024 {
+            problems.push(format!(
+                "PROXY_MAX_HEADER_BYTES must be at least 1024 (got {})",
+                self.max_header_bytes
+            ));
+        }
         if self.max_body_bytes == 0 {
             problems.push("PROXY_MAX_BODY_BYTES must be > 0".to_string());
         }
@@ -335,6 +447,25 @@ impl Cli {
     /// Whether the gateway runs in global mode (`--global` or `--global-object`).
     pub fn global_mode(&self) -> bool {
         self.global.is_some() || self.global_object.is_some()
+    }
+
+    /// When endpoints are taken out of rotation.
+    pub fn outlier_policy(&self) -> crate::routing::health::OutlierPolicy {
+        crate::routing::health::OutlierPolicy {
+            consecutive_failures: self.outlier_consecutive_failures,
+            base_ejection: self.outlier_base_ejection,
+            max_ejection: self.outlier_max_ejection,
+        }
+    }
+
+    /// Limits of client connections.
+    pub fn connection_settings(&self) -> crate::connections::ConnectionSettings {
+        crate::connections::ConnectionSettings {
+            header_timeout: self.client_header_timeout,
+            max_header_bytes: self.max_header_bytes,
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+        }
     }
 
     /// Upstream attempts clamped to 1..=3, as the spec does.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::paths::PathPolicy;
 use crate::routing::{Strategy, Upstream};
 
 /// Longest model name or alias accepted, in bytes.
@@ -93,6 +94,10 @@ pub struct ModelSpec {
     /// LoRA adapters served by this model's pods.
     #[serde(default)]
     pub lora_adapters: Vec<LoraSpec>,
+    /// Path prefixes clients may reach on the model's servers, replacing
+    /// the default inference API (see `docs/gateway.md`).
+    #[serde(default)]
+    pub serve_paths: Vec<String>,
     /// Per-model rate limit overriding the gateway's default.
     #[serde(default)]
     pub rate_limit: Option<RateLimitSpec>,
@@ -165,6 +170,10 @@ pub struct ModelConfig {
     pub lora: HashMap<String, String>,
     /// Per-model rate limit.
     pub rate_limit: Option<RateLimitSpec>,
+    /// Paths clients may reach on the model's servers.
+    pub paths: PathPolicy,
+    /// Active health checks of fixed endpoints: the path probed.
+    pub health_check: Option<String>,
     /// How to run the model locally, when the gateway runs it.
     pub local: Option<LocalProcess>,
 }
@@ -343,11 +352,25 @@ impl ModelTable {
                     })
                     .collect::<Result<Vec<_>, _>>()?,
             };
+            let paths = PathPolicy::listed(&spec.serve_paths)
+                .map_err(|e| ConfigError::Invalid(format!("model '{}': {e}", spec.name)))?;
+            let health_check = match (&local, &spec.health) {
+                (None, Some(path)) if !path.starts_with('/') => {
+                    return Err(ConfigError::Invalid(format!(
+                        "model '{}': health must be a path starting with '/'",
+                        spec.name
+                    )))
+                }
+                (None, health) => health.clone(),
+                (Some(_), _) => None,
+            };
             models.push(ModelConfig {
                 backend_model: spec
                     .backend_model
                     .clone()
                     .unwrap_or_else(|| spec.name.clone()),
+                paths,
+                health_check,
                 name: spec.name,
                 aliases: spec.aliases,
                 strategy,

@@ -110,6 +110,36 @@ impl ApiError {
         e
     }
 
+    /// 404 for a path the model does not serve through the gateway.
+    pub fn path_not_served(model: &str, path: &str) -> Self {
+        Self::new(
+            404,
+            "not_found_error",
+            "path_not_served",
+            format!("Path '{path}' is not served for model '{model}'"),
+        )
+    }
+
+    /// 403 for a route that needs an admin key.
+    pub fn admin_key_required(path: &str) -> Self {
+        Self::new(
+            403,
+            "permission_error",
+            "admin_key_required",
+            format!("Path '{path}' needs an admin key"),
+        )
+    }
+
+    /// 400 for a request path that could resolve elsewhere than it reads.
+    pub fn invalid_path(path: &str, reason: &str) -> Self {
+        Self::new(
+            400,
+            "invalid_request_error",
+            "invalid_path",
+            format!("Invalid path '{path}': {reason}"),
+        )
+    }
+
     /// 405 for a method the route does not accept.
     pub fn method_not_allowed(method: &str) -> Self {
         Self::new(
@@ -127,6 +157,49 @@ impl ApiError {
             "invalid_request_error",
             "request_too_large",
             format!("Request body exceeds the limit of {limit} bytes"),
+        )
+    }
+
+    /// 408 for a request header not complete within the header deadline.
+    pub fn header_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            408,
+            "invalid_request_error",
+            "request_timeout",
+            format!(
+                "Request header not received within {}",
+                humantime::format_duration(limit)
+            ),
+        )
+    }
+
+    /// 431 for a request header over the configured bound.
+    pub fn header_too_large(limit: usize) -> Self {
+        Self::new(
+            431,
+            "invalid_request_error",
+            "request_header_too_large",
+            format!("Request header exceeds the limit of {limit} bytes"),
+        )
+    }
+
+    /// 501 for a transfer coding the gateway does not forward.
+    pub fn unsupported_transfer_coding(value: &str) -> Self {
+        Self::new(
+            501,
+            "invalid_request_error",
+            "unsupported_transfer_encoding",
+            format!("Transfer-Encoding '{value}' is not supported; send 'chunked' alone"),
+        )
+    }
+
+    /// 503 for a connection over the open-connection limits.
+    pub fn too_many_connections(scope: &str) -> Self {
+        Self::new(
+            503,
+            "service_unavailable_error",
+            "too_many_connections",
+            format!("Too many open connections ({scope}), please retry"),
         )
     }
 
@@ -198,6 +271,20 @@ impl ApiError {
     /// 500 for failures inside the gateway.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "server_error", "server_error", message)
+    }
+
+    /// The whole HTTP/1.1 answer for a connection the gateway closes after
+    /// it, written below the request path (header limits, connection caps).
+    pub fn closing_response(&self, reason: &str) -> Vec<u8> {
+        let body = self.body();
+        let mut out = format!(
+            "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            self.status,
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&body);
+        out
     }
 
     /// The JSON body of this error, with a trailing newline.

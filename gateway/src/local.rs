@@ -4,17 +4,18 @@
 //! shared-GPU policies as the Kubernetes operator.
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use flexinfer_operator::local::{LocalActuator, LocalModelSpec, ModelStatus, Phase};
+use flexinfer_operator::lifecycle::{ModelStatus, Phase};
+use flexinfer_operator::local::{LocalActuator, LocalModelSpec};
 use flexinfer_operator::policy::replicas::ServerlessPolicy;
 use flexinfer_operator::policy::shared_gpu::SharedGroupPolicy;
 use serde_json::{json, Value};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use crate::activation::ModelLifecycle;
 use crate::config::{LocalProcess, ModelTable};
+use crate::runtime_thread::RuntimeThread;
 
 /// Time a stopping model gets between SIGTERM and SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -23,8 +24,7 @@ pub const STOP_GRACE: Duration = Duration::from_secs(10);
 /// processes are supervised independently of the proxy's runtimes.
 pub struct EmbeddedOperator {
     actuator: LocalActuator,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    thread: RuntimeThread,
 }
 
 impl EmbeddedOperator {
@@ -44,44 +44,20 @@ impl EmbeddedOperator {
             swap_cooldown: table.sharing.swap_cooldown,
             ..SharedGroupPolicy::default()
         };
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("flexinfer-operator".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .thread_name("flexinfer-operator")
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
+        let (thread, actuator) =
+            RuntimeThread::start("flexinfer-operator", 1, move |ready, stop| async move {
+                match LocalActuator::start(specs, policy) {
+                    Ok(actuator) => {
+                        let _ = ready.send(Ok(actuator.clone()));
+                        let _ = stop.await;
+                        actuator.shutdown().await;
+                    }
                     Err(e) => {
-                        let _ = ready_tx.send(Err(anyhow::anyhow!("operator runtime: {e}")));
-                        return;
+                        let _ = ready.send(Err(anyhow::anyhow!("local models: {e}")));
                     }
-                };
-                runtime.block_on(async move {
-                    match LocalActuator::start(specs, policy) {
-                        Ok(actuator) => {
-                            let _ = ready_tx.send(Ok(actuator.clone()));
-                            let _ = stop_rx.await;
-                            actuator.shutdown().await;
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(anyhow::anyhow!("local models: {e}")));
-                        }
-                    }
-                });
+                }
             })?;
-        let actuator = ready_rx
-            .recv()
-            .map_err(|_| anyhow::anyhow!("the operator thread exited during start-up"))??;
-        Ok(Some(Self {
-            actuator,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }))
+        Ok(Some(Self { actuator, thread }))
     }
 
     /// The actuator, as the request path's model lifecycle.
@@ -90,23 +66,8 @@ impl EmbeddedOperator {
     }
 
     /// Stops every child process and waits for them to exit.
-    pub fn shutdown(mut self) {
-        self.stop_and_join();
-    }
-
-    fn stop_and_join(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for EmbeddedOperator {
-    fn drop(&mut self) {
-        self.stop_and_join();
+    pub fn shutdown(self) {
+        self.thread.stop();
     }
 }
 

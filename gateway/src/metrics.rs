@@ -4,7 +4,8 @@
 //! original proxy keep working.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// Latency buckets in seconds: from sub-millisecond proxy answers to long generations.
@@ -43,6 +44,16 @@ pub struct Metrics {
     pub queue_wait: HistogramVec,
     /// Requests refused while waiting for a model, by model and error code.
     pub queue_rejected: IntCounterVec,
+    /// Client connections open now.
+    pub client_connections: IntGauge,
+    /// Client connections refused by the connection caps, by reason.
+    pub connections_refused: IntCounterVec,
+    /// Request headers that did not arrive whole, by reason.
+    pub header_aborts: IntCounterVec,
+    /// Endpoints taken out of rotation after failures, by model and endpoint.
+    pub ejections: IntCounterVec,
+    /// Whether each endpoint is out of rotation now (1) or not (0).
+    pub endpoint_ejected: IntGaugeVec,
     /// Global mode: whether each member cluster's gateway counts as healthy.
     pub global_cluster_up: IntGaugeVec,
     /// Global mode: models each member cluster lists, by warmth.
@@ -152,6 +163,37 @@ impl Metrics {
                 "flexinfer_proxy_queue_rejected_total",
                 "Requests refused while waiting for their model (queue_full, activation_timeout, activation_failed).",
                 &["model", "reason"],
+            ),
+            client_connections: {
+                let g = IntGauge::new(
+                    "flexinfer_proxy_client_connections",
+                    "Client connections open now.",
+                )
+                .expect("valid metric");
+                registry
+                    .register(Box::new(g.clone()))
+                    .expect("unique metric");
+                g
+            },
+            connections_refused: counter(
+                "flexinfer_proxy_connections_refused_total",
+                "Client connections refused by the connection caps (total_limit, client_limit).",
+                &["reason"],
+            ),
+            header_aborts: counter(
+                "flexinfer_proxy_request_header_aborts_total",
+                "Request headers that did not arrive whole: timeout (408), too_large (431), closed (the client left).",
+                &["reason"],
+            ),
+            ejections: counter(
+                "flexinfer_proxy_endpoint_ejections_total",
+                "Endpoints taken out of rotation after consecutive connection failures or failed health checks.",
+                &["model", "endpoint"],
+            ),
+            endpoint_ejected: gauge(
+                "flexinfer_proxy_endpoint_ejected",
+                "Whether the endpoint is out of rotation now (1) or not (0).",
+                &["model", "endpoint"],
             ),
             global_cluster_up: gauge(
                 "flexinfer_proxy_global_cluster_up",

@@ -1,9 +1,10 @@
 //! Which models exist and where their ready endpoints are.
 //!
 //! The request path asks a [`ModelRegistry`] to resolve the name a client sent
-//! into a [`Resolved`] route. Sources plug in behind the trait: the YAML file
-//! ([`FileRegistry`]) today, Kubernetes watches later, without touching the
-//! request path.
+//! into a [`Resolved`] route. Every mode keeps its routes in a [`RouteStore`]
+//! (an atomically swapped [`RouteTable`]): file mode fills it from the model
+//! file, Kubernetes mode from its watches, global mode from its probes of
+//! member gateways; the request path never knows which.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use crate::config::{ConfigError, ModelConfig, ModelTable, RateLimitSpec};
+use crate::paths::PathPolicy;
 use crate::ratelimit::{LimitSettings, RouteLimiter};
 use crate::routing::{EndpointSet, RoutingOptions, Strategy};
 
@@ -32,6 +34,10 @@ pub struct ModelRoute {
     pub limiter: Option<Arc<RouteLimiter>>,
     /// The model's own cold-start wait bound, when it has one.
     pub cold_start_timeout: Option<std::time::Duration>,
+    /// Paths clients may reach on the model's servers.
+    pub paths: PathPolicy,
+    /// Health path probed on each endpoint, when checks are on.
+    pub health_check: Option<String>,
 }
 
 /// How a requested name matched.
@@ -198,18 +204,21 @@ fn build_route(
         endpoints,
         limiter,
         cold_start_timeout: model.local.as_ref().and_then(|l| l.cold_start_timeout),
+        paths: model.paths.clone(),
+        health_check: model.health_check.clone(),
     }
 }
 
-/// Models from a YAML file, reloaded on demand without dropping in-flight
-/// requests (they keep the routes they resolved).
-pub struct FileRegistry {
+/// The route table of every mode, replaced whole when the models change
+/// (a reloaded file, a watch event, a probe) without disturbing requests in
+/// flight: they keep the routes they resolved.
+pub struct RouteStore {
     path: Option<PathBuf>,
     limits: LimitSettings,
     table: ArcSwap<RouteTable>,
 }
 
-impl FileRegistry {
+impl RouteStore {
     /// Loads the file at `path`.
     pub fn load(path: &Path, limits: LimitSettings) -> Result<Self, ConfigError> {
         let table = ModelTable::load(path)?;
@@ -262,7 +271,7 @@ impl FileRegistry {
     }
 }
 
-impl ModelRegistry for FileRegistry {
+impl ModelRegistry for RouteStore {
     fn resolve(&self, requested: &str) -> Option<Resolved> {
         self.table.load().resolve(requested)
     }
@@ -282,7 +291,7 @@ mod tests {
 
     #[test]
     fn resolves_names_aliases_and_adapters() {
-        let reg = FileRegistry::from_table(
+        let reg = RouteStore::from_table(
             &table(
                 "models:\n- name: base\n  backendModel: org/base\n  aliases: [b]\n  endpoints: ['127.0.0.1:9']\n  loraAdapters: [{name: sql, adapter: sql-v2}]\n",
             ),
@@ -302,7 +311,7 @@ mod tests {
 
     #[test]
     fn reload_keeps_unchanged_endpoint_sets() {
-        let reg = FileRegistry::from_table(
+        let reg = RouteStore::from_table(
             &table("models:\n- name: a\n  endpoints: ['127.0.0.1:1']\n- name: b\n  endpoints: ['127.0.0.1:2']\n"),
             LimitSettings::default(),
         );

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{endpoints, free_port, last_recorded, pod, post_json, sha256_hex, Gateway};
+use support::{endpoints, last_recorded, pod, post_json, sha256_hex, Gateway};
 
 /// A chat body of exactly `len` bytes naming `model`, its content one long
 /// word (the simulator counts words as prompt tokens).
@@ -60,7 +60,7 @@ async fn one_and_ten_mib_json_bodies_route_and_rewrite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_around_the_retry_buffer_size_are_rewritten_and_retried() {
     let live = pod("pod-live", &["m-backend"], &[]);
-    let dead = format!("http://127.0.0.1:{}", free_port());
+    let dead = support::dead_endpoint(1);
     let yaml = format!(
         "models:\n- name: m\n  backendModel: m-backend\n  endpoints: [\"{dead}\", \"{}\"]\n",
         live.base_url()

@@ -36,7 +36,8 @@ impl Fixture {
         let mut yaml = String::from("models:\n");
         for (s, sim) in SOURCES.iter().zip(&sims) {
             yaml.push_str(&format!(
-                "  - name: {s}-model\n    backendModel: {s}-backend\n    endpoints: {}\n",
+                // Every path: these tests are about extraction and forwarding.
+                "  - name: {s}-model\n    backendModel: {s}-backend\n    endpoints: {}\n    servePaths: [/]\n",
                 endpoints(&[sim])
             ));
         }

@@ -273,7 +273,7 @@ async fn local_first_then_failover_when_its_gateway_stops() {
 async fn a_member_answering_5xx_is_failed_over() {
     // East's gateway is up, but the model's only pod there is gone: east
     // answers 502 for it.
-    let dead = format!("http://127.0.0.1:{}", free_port());
+    let dead = support::dead_endpoint(1);
     let east = member_with(&format!("models:\n- name: m\n  endpoints: [\"{dead}\"]\n"));
     let west = member("west", &["m"]);
     let yaml = global_yaml(
@@ -342,8 +342,8 @@ async fn no_cluster_available_is_an_openai_503() {
     let nowhere = global_yaml(
         "RoundRobin",
         &[
-            ("east", format!("http://127.0.0.1:{}", free_port()), 1),
-            ("west", format!("http://127.0.0.1:{}", free_port()), 1),
+            ("east", support::dead_endpoint(1), 1),
+            ("west", support::dead_endpoint(2), 1),
         ],
         &[],
     );

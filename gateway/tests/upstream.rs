@@ -6,17 +6,16 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{
-    assert_openai_error, endpoints, error_of, free_port, metric_value, pod, post_json, served_by,
-    Gateway,
+    assert_openai_error, endpoints, error_of, metric_value, pod, post_json, served_by, Gateway,
 };
 
 fn chat_body(model: &str) -> Vec<u8> {
     serde_json::to_vec(&support::chat(model)).unwrap()
 }
 
-/// An address nothing listens on.
+/// An address nothing listens on, quoted for YAML.
 fn dead_endpoint() -> String {
-    format!("\"http://127.0.0.1:{}\"", free_port())
+    format!("\"{}\"", support::dead_endpoint(1))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

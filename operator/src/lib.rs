@@ -10,6 +10,8 @@
 //! - [`build`]: Deployment, Service, PVC and Job builders (pure).
 //! - [`controllers`]: the Kubernetes controllers (kube-runtime), with the
 //!   library entry point [`controllers::run`].
+//! - [`lifecycle`]: a model's phase as the request path waits on it, in
+//!   either actuator.
 //! - [`local`]: the local-process actuator.
 //! - [`cli`]: the `flexinfer-operator` command line and the controller
 //!   settings it describes.
@@ -21,6 +23,7 @@ pub mod catalog;
 pub mod cli;
 pub mod controllers;
 pub mod federation;
+pub mod lifecycle;
 pub mod local;
 pub mod placement;
 pub mod policy;

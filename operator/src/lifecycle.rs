@@ -1,10 +1,13 @@
-//! The phase of a local model as waiters and the admin API see it.
+//! A model's lifecycle as the request path sees it, whoever runs the model:
+//! the local actuator (child processes) or the Kubernetes path (pods of a
+//! Deployment, as the gateway reads them from the cluster). The gateway's
+//! cold-start queue waits on a [`ModelStatus`] channel from either.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::SystemTime;
 
-/// Lifecycle phase of a local model.
+/// Lifecycle phase of a model.
 ///
 /// Waiters keep waiting through `Idle`, `Loading` and `Stopping`; `Ready`
 /// means the endpoint serves, and `Failed` means nothing more happens until
@@ -12,16 +15,17 @@ use std::time::SystemTime;
 /// after the backoff).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
-    /// No process: never started, stopped for idleness, preempted in its
-    /// shared group, or waiting for a retry or for the group's GPU.
+    /// Nothing runs: never started, scaled to zero for idleness, preempted
+    /// in its shared group, or waiting for a retry or for the group's GPU.
     Idle,
-    /// The process runs and its health path does not answer 2xx yet.
+    /// The server runs (a process, or scheduled pods) and does not pass its
+    /// health check yet.
     Loading,
-    /// The process answers its health path.
+    /// The server passes its health check and serves.
     Ready,
-    /// The process was asked to exit and has not yet.
+    /// The server was asked to stop and has not yet.
     Stopping,
-    /// The process could not start, crashed, or was not healthy in time.
+    /// The server could not start, crashed, or was not healthy in time.
     Failed,
 }
 
@@ -49,7 +53,8 @@ impl fmt::Display for Phase {
 pub struct ModelStatus {
     /// Current phase.
     pub phase: Phase,
-    /// `127.0.0.1:<port>` while `Ready`, otherwise `None`.
+    /// Where it serves while `Ready` (local: `127.0.0.1:<port>`), otherwise
+    /// `None`.
     pub endpoint: Option<SocketAddr>,
     /// Why the model is in this phase: for `Failed`, the exit status and the
     /// last stderr lines (or the start error); for `Idle`, what it waits for.

@@ -7,6 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -585,4 +586,54 @@ async fn always_on_models_start_at_boot_and_shutdown_stops_everything() {
         actuator.ready("on-demand").await,
         Err(ActuatorError::ShutDown)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_an_earlier_gateway_left_running_is_stopped_and_replaced() {
+    let port = free_port();
+    // What a SIGKILLed gateway leaves behind: a server of the model, with
+    // the marker every server the actuator starts carries.
+    let binary = SimProcess::binary().expect("flexinfer-sim binary");
+    let mut stray = std::process::Command::new(binary)
+        .args(["--port", &port.to_string(), "--model", "m"])
+        .env(flexinfer_operator::local::stray::MANAGED_MODEL_ENV, "m")
+        .env("RUST_LOG", "warn")
+        .process_group(0)
+        .spawn()
+        .expect("start the stray server");
+    let deadline = Instant::now() + SLACK;
+    while !port_open(port) {
+        assert!(Instant::now() < deadline, "the stray server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let actuator = Harness::start(vec![sim("m", port, "0s")], fast_config());
+    let mut status = actuator.status("m").expect("known model");
+    actuator.activate("m").unwrap();
+    let ready = wait_phase(&mut status, Phase::Ready, Duration::from_secs(20)).await;
+    assert_eq!(ready.endpoint, Some(addr(port)));
+    let exit = stray.try_wait().expect("wait for the stray");
+    assert!(exit.is_some(), "the stray server still runs");
+    let report = actuator.snapshot();
+    let model = report.models.iter().find(|m| m.name == "m").unwrap();
+    assert_ne!(
+        model.pid,
+        Some(stray.id()),
+        "the model runs in a new process"
+    );
+    assert_eq!(model.failures, 0, "reclaiming the port is not a failure");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_server_on_the_port_is_left_alone_and_reported() {
+    let foreign = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = foreign.local_addr().unwrap().port();
+    let actuator = Harness::start(vec![sim("m", port, "0s")], fast_config());
+    let mut status = actuator.status("m").expect("known model");
+    actuator.activate("m").unwrap();
+    let failed = wait_phase(&mut status, Phase::Failed, SLACK).await;
+    let message = failed.message.unwrap_or_default();
+    assert!(message.contains("is not free"), "{message}");
+    // Still ours to use: the gateway did not touch it.
+    assert!(foreign.local_addr().is_ok() && port_open(port));
 }

@@ -234,7 +234,6 @@ async fn multipart_field_after_other_fields_and_files() {
         ("model", Some("model.bin"), b"not-this-one"),
         ("language", None, b"en"),
         ("model", None, b"  whisper-large \r\n"),
-        ("model", None, b"second"),
     ]);
     let got = run(
         Method::POST,
@@ -264,6 +263,18 @@ async fn multipart_stops_at_the_model_field() {
             .as_deref(),
         Some("m")
     );
+}
+
+#[tokio::test]
+async fn multipart_with_two_model_fields_is_refused() {
+    let body = multipart_body(&[
+        ("model", None, b"a"),
+        ("file", Some("a.wav"), b"RIFF"),
+        ("model", None, b"b"),
+    ]);
+    let e = multipart_model(body, BOUNDARY).await.unwrap_err();
+    assert_eq!((e.status, e.param), (400, Some("model")));
+    assert!(e.message.contains("more than one 'model'"), "{}", e.message);
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ use flexinfer_crds::v1alpha2::ClusterRoutingStrategy;
 
 use super::config::GlobalConfig;
 use crate::config::{ModelConfig, ModelTable};
+use crate::paths::PathPolicy;
 use crate::routing::{Strategy, Upstream};
 
 /// How ready a model is on one cluster, best first.
@@ -147,6 +148,9 @@ pub fn model_table(config: &GlobalConfig, views: &[ClusterView]) -> ModelTable {
             upstreams,
             lora: Default::default(),
             rate_limit: None,
+            // Member gateways decide which paths they serve.
+            paths: PathPolicy::Any,
+            health_check: None,
             local: None,
         });
     }

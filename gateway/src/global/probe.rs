@@ -5,14 +5,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use pingora_core::connectors::http::Connector;
-use pingora_core::upstreams::peer::HttpPeer;
-use pingora_http::RequestHeader;
 use serde::Deserialize;
 
 use super::config::MemberCluster;
 use super::policy::Warmth;
+use crate::http_get::{get, GetError};
 
 /// Largest model list read from a member, in bytes.
 const MAX_LIST_BYTES: usize = 4 * 1024 * 1024;
@@ -120,46 +118,23 @@ async fn exchange(
         .ok()
         .and_then(|mut addrs| addrs.next())
         .ok_or_else(|| ProbeError::Resolve(cluster.authority.clone()))?;
-    let mut peer = HttpPeer::new(addr, false, String::new());
-    peer.options.connection_timeout = Some(timeout);
-    peer.options.read_timeout = Some(timeout);
-    peer.options.write_timeout = Some(timeout);
-    let http = |e: Box<pingora_error::Error>| ProbeError::Http(e.to_string());
-    let (mut session, _) = connector.get_http_session(&peer).await.map_err(http)?;
-    let mut req = RequestHeader::build("GET", b"/v1/models", None).map_err(http)?;
-    req.insert_header(http::header::HOST, cluster.host.as_str())
-        .map_err(http)?;
-    req.insert_header(http::header::ACCEPT, "application/json")
-        .map_err(http)?;
-    req.insert_header(http::header::CONNECTION, "close")
-        .map_err(http)?;
-    if let Some(value) = authorization {
-        req.insert_header(http::header::AUTHORIZATION, value)
-            .map_err(http)?;
-    }
-    session
-        .write_request_header(Box::new(req))
-        .await
-        .map_err(http)?;
-    session.finish_request_body().await.map_err(http)?;
-    session.read_response_header().await.map_err(http)?;
-    let status = session
-        .response_header()
-        .map(|h| h.status.as_u16())
-        .unwrap_or(0);
+    let answer = get(
+        connector,
+        addr,
+        &cluster.host,
+        "/v1/models",
+        authorization,
+        timeout,
+        MAX_LIST_BYTES,
+    )
+    .await;
+    let (status, body) = answer.map_err(|e| match e {
+        GetError::Http(e) => ProbeError::Http(e),
+        GetError::TooLarge(n) => ProbeError::Body(format!("model list larger than {n} bytes")),
+    })?;
     if status != 200 {
         return Err(ProbeError::Status(status));
     }
-    let mut body = BytesMut::new();
-    while let Some(chunk) = session.read_response_body().await.map_err(http)? {
-        if body.len() + chunk.len() > MAX_LIST_BYTES {
-            return Err(ProbeError::Body(format!(
-                "model list larger than {MAX_LIST_BYTES} bytes"
-            )));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    session.shutdown().await;
     Ok((addr, parse_model_list(&body)?))
 }
 

@@ -12,12 +12,12 @@ use tokio::sync::Notify;
 use crate::config::ModelTable;
 use crate::proxy::EndpointFailures;
 use crate::ratelimit::LimitSettings;
-use crate::registry::{FileRegistry, ListedModel, MatchKind, ModelRegistry, ModelRoute, Resolved};
+use crate::registry::{ListedModel, MatchKind, ModelRegistry, ModelRoute, Resolved, RouteStore};
 use crate::routing::{EndpointSet, RoutingOptions, Strategy, Upstream};
 
 /// Routes across member clusters, for the request path.
 pub struct GlobalRegistry {
-    routes: Arc<FileRegistry>,
+    routes: Arc<RouteStore>,
     /// Every member's model list is known (each answered a probe once).
     complete: AtomicBool,
     /// The endpoint set of models no reachable cluster serves.
@@ -36,7 +36,7 @@ impl GlobalRegistry {
     /// unavailable (503) rather than unknown (404).
     pub fn new(limits: LimitSettings) -> Self {
         GlobalRegistry {
-            routes: Arc::new(FileRegistry::from_table(&ModelTable::default(), limits)),
+            routes: Arc::new(RouteStore::from_table(&ModelTable::default(), limits)),
             complete: AtomicBool::new(false),
             nowhere: Arc::new(EndpointSet::default()),
             suspects: Mutex::new(Vec::new()),
@@ -77,8 +77,8 @@ impl GlobalRegistry {
         self.complete.store(complete, Ordering::Release);
     }
 
-    /// The routes themselves (a [`FileRegistry`] fed by the probes).
-    pub fn routes(&self) -> Arc<FileRegistry> {
+    /// The routes themselves (a [`RouteStore`] fed by the probes).
+    pub fn routes(&self) -> Arc<RouteStore> {
         self.routes.clone()
     }
 
@@ -93,6 +93,8 @@ impl GlobalRegistry {
             endpoints: self.nowhere.clone(),
             limiter: None,
             cold_start_timeout: None,
+            paths: crate::paths::PathPolicy::Any,
+            health_check: None,
         };
         Resolved {
             route: Arc::new(route),
@@ -152,6 +154,8 @@ mod tests {
                 upstreams,
                 lora: Default::default(),
                 rate_limit: None,
+                paths: Default::default(),
+                health_check: None,
                 local: None,
             }],
             ..ModelTable::default()

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flexinfer_operator::local::Phase;
+use flexinfer_operator::lifecycle::Phase;
 use kube::Client;
 use tokio::sync::{mpsc, watch};
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use flexinfer_operator::local::{ModelStatus, Phase};
+use flexinfer_operator::lifecycle::{ModelStatus, Phase};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 

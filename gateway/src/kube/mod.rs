@@ -30,7 +30,6 @@ pub mod sync;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -40,7 +39,8 @@ pub use rbac::{RbacRule, RBAC_RULES};
 pub use scope::Scope;
 
 use crate::activation::ModelLifecycle;
-use crate::registry::FileRegistry;
+use crate::registry::RouteStore;
+use crate::runtime_thread::RuntimeThread;
 
 /// Settings of Kubernetes mode.
 #[derive(Debug, Clone)]
@@ -117,41 +117,17 @@ impl Default for KubeSettings {
 /// The running watches and background tasks of Kubernetes mode.
 pub struct KubeMode {
     lifecycle: Arc<KubeLifecycle>,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    thread: RuntimeThread,
 }
 
 impl KubeMode {
     /// Connects, checks CRDs and RBAC, lists every watched kind into
     /// `registry`, and keeps it current until [`KubeMode::shutdown`].
-    pub fn start(settings: KubeSettings, registry: Arc<FileRegistry>) -> anyhow::Result<Self> {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("flexinfer-kube".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .thread_name("flexinfer-kube")
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(anyhow::anyhow!("Kubernetes runtime: {e}")));
-                        return;
-                    }
-                };
-                runtime.block_on(serve(settings, registry, ready_tx, stop_rx));
-            })?;
-        let lifecycle = ready_rx
-            .recv()
-            .map_err(|_| anyhow::anyhow!("the Kubernetes thread exited during start-up"))??;
-        Ok(Self {
-            lifecycle,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        })
+    pub fn start(settings: KubeSettings, registry: Arc<RouteStore>) -> anyhow::Result<Self> {
+        let (thread, lifecycle) = RuntimeThread::start("flexinfer-kube", 2, move |ready, stop| {
+            serve(settings, registry, ready, stop)
+        })?;
+        Ok(Self { lifecycle, thread })
     }
 
     /// The lifecycle the activation queues use.
@@ -160,31 +136,16 @@ impl KubeMode {
     }
 
     /// Stops the watches and background tasks.
-    pub fn shutdown(mut self) {
-        self.stop_and_join();
-    }
-
-    fn stop_and_join(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    pub fn shutdown(self) {
+        self.thread.stop();
     }
 }
 
-impl Drop for KubeMode {
-    fn drop(&mut self) {
-        self.stop_and_join();
-    }
-}
-
-type Ready = std::sync::mpsc::Sender<anyhow::Result<Arc<KubeLifecycle>>>;
+type Ready = crate::runtime_thread::Ready<Arc<KubeLifecycle>>;
 
 async fn serve(
     settings: KubeSettings,
-    registry: Arc<FileRegistry>,
+    registry: Arc<RouteStore>,
     ready: Ready,
     stop: oneshot::Receiver<()>,
 ) {

@@ -24,13 +24,14 @@ use flexinfer_crds::labels;
 use flexinfer_crds::v1alpha1::{GPUGroup, ModelDeployment, ModelDeploymentPhase};
 use flexinfer_crds::v1alpha2::{LiteLlmSpec, LoRAAdapter, Model, ModelPhase};
 use flexinfer_crds::RoutingStrategy;
-use flexinfer_operator::local::Phase;
+use flexinfer_operator::lifecycle::Phase;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::endpoints::{terminating_nodes, ReadyEndpoints};
 use super::scope::{qualified, Scope};
 use crate::config::ModelConfig;
+use crate::paths::PathPolicy;
 use crate::routing::{Strategy, Upstream};
 
 /// Every watched object, as last seen.
@@ -288,8 +289,19 @@ fn route_config(key: &str, c: &Candidate, upstreams: Vec<Upstream>) -> ModelConf
         upstreams,
         lora: HashMap::new(),
         rate_limit: None,
+        paths: serve_paths(key, c.annotations.get(labels::SERVE_PATHS)),
+        health_check: None,
         local: None,
     }
+}
+
+/// The paths a model serves, from its `flexinfer.ai/serve-paths`
+/// annotation; an unusable value keeps the default (and says so).
+fn serve_paths(key: &str, annotation: Option<&String>) -> PathPolicy {
+    PathPolicy::from_annotation(annotation.map(String::as_str)).unwrap_or_else(|e| {
+        tracing::warn!(model = key, error = %e, "ignoring the model's serve-paths annotation");
+        PathPolicy::Inference
+    })
 }
 
 fn from_model(m: &Model, scope: &Scope) -> Option<Candidate> {

@@ -1,5 +1,5 @@
 //! Rebuilds the routes whenever a watch reports a change, and on a timer as
-//! a safety net. Route tables go through the same [`FileRegistry::replace`]
+//! a safety net. Route tables go through the same [`RouteStore::replace`]
 //! path as model-file reloads, so endpoint sets (and their hash rings and
 //! in-flight counters) are rebuilt only when a model's ready endpoints change.
 
@@ -14,14 +14,14 @@ use super::models::{self, Resolve, Snapshot};
 use super::reflect::Stores;
 use super::scope::Scope;
 use crate::config::ModelTable;
-use crate::registry::FileRegistry;
+use crate::registry::RouteStore;
 
 /// Rebuilds routes and readiness from the stores once, resolving Service
 /// DNS fallbacks through `dns`.
 pub fn apply(
     stores: &Stores,
     scope: &Scope,
-    registry: &FileRegistry,
+    registry: &RouteStore,
     lifecycle: &KubeLifecycle,
     dns: &Arc<DnsCache>,
 ) {
@@ -33,7 +33,7 @@ pub fn apply(
 pub fn apply_snapshot(
     snapshot: &Snapshot,
     scope: &Scope,
-    registry: &FileRegistry,
+    registry: &RouteStore,
     lifecycle: &KubeLifecycle,
     resolve: Resolve<'_>,
 ) {
@@ -55,7 +55,7 @@ pub struct Sync {
     /// Namespaces served.
     pub scope: Scope,
     /// The registry the request path reads.
-    pub registry: Arc<FileRegistry>,
+    pub registry: Arc<RouteStore>,
     /// The lifecycle the activation queues read.
     pub lifecycle: Arc<KubeLifecycle>,
     /// Service DNS fallback answers.
@@ -96,7 +96,7 @@ mod tests {
     use crate::activation::ModelLifecycle;
     use crate::ratelimit::LimitSettings;
     use crate::registry::ModelRegistry;
-    use flexinfer_operator::local::Phase;
+    use flexinfer_operator::lifecycle::Phase;
     use serde_json::json;
 
     fn snapshot(phase: &str, last_active: &str, ips: &[&str]) -> Snapshot {
@@ -130,7 +130,7 @@ mod tests {
     #[tokio::test]
     async fn endpoint_sets_are_rebuilt_only_when_endpoints_change() {
         let scope = Scope::from_flags("default", &[], false);
-        let registry = FileRegistry::from_table(&ModelTable::default(), LimitSettings::default());
+        let registry = RouteStore::from_table(&ModelTable::default(), LimitSettings::default());
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let lifecycle = KubeLifecycle::new(tx, Duration::from_secs(60));
         let none = |_: &str, _: u16| Vec::new();

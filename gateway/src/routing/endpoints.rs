@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use pingora_ketama::{Bucket, Continuum, Version};
 
+use super::health::{Change, EndpointHealth, OutlierPolicy, Standing};
 use super::strategy::{RoutingOptions, Strategy};
 
 /// Virtual nodes per endpoint on the hash ring, as the spec requires; enough
@@ -61,15 +62,18 @@ impl From<SocketAddr> for Upstream {
     }
 }
 
-/// An in-flight counter on a cache line of its own, so that requests on
-/// different pods do not contend on the same line.
+/// One endpoint's shared state, on a cache line of its own so that requests
+/// on different pods do not contend: its requests in flight and its health.
 #[derive(Debug, Default)]
 #[repr(align(64))]
-struct Counter(AtomicUsize);
+struct EndpointState {
+    in_flight: AtomicUsize,
+    health: EndpointHealth,
+}
 
-impl Counter {
+impl EndpointState {
     fn get(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+        self.in_flight.load(Ordering::Relaxed)
     }
 }
 
@@ -79,11 +83,12 @@ impl Counter {
 /// The endpoint list is immutable: when the ready set changes, a new set is
 /// built off the request path with [`EndpointSet::rebuild`] and swapped in,
 /// while requests still holding the old one finish undisturbed. In-flight
-/// counters are shared (`Arc`) between a set and its rebuilds, so the load of
-/// a pod that stays is not forgotten when another pod comes or goes.
+/// counters and health are shared (`Arc`) between a set and its rebuilds,
+/// so the load and ejection of a pod that stays are not forgotten when
+/// another pod comes or goes.
 pub struct EndpointSet {
     upstreams: Box<[Upstream]>,
-    counters: Box<[Arc<Counter>]>,
+    counters: Box<[Arc<EndpointState>]>,
     /// `(addr, index)` sorted by address: maps ring nodes back to indices.
     by_addr: Box<[(SocketAddr, usize)]>,
     ring: Continuum,
@@ -104,7 +109,7 @@ impl EndpointSet {
 
     fn build(
         upstreams: Vec<Upstream>,
-        existing: impl Fn(&SocketAddr) -> Option<Arc<Counter>>,
+        existing: impl Fn(&SocketAddr) -> Option<Arc<EndpointState>>,
         cursor: usize,
     ) -> Self {
         let mut kept: Vec<Upstream> = Vec::with_capacity(upstreams.len().min(MAX_ENDPOINTS));
@@ -258,22 +263,90 @@ impl EndpointSet {
         opts: &RoutingOptions,
         exclude: &[usize],
     ) -> Option<usize> {
+        self.select_where(strategy, key, opts, |i| !exclude.contains(&i))
+    }
+
+    /// [`EndpointSet::select`] among the endpoints `allowed` admits:
+    /// those out of rotation ([`EndpointHealth`]) are skipped, unless every
+    /// allowed endpoint is out, in which case one is chosen as if none
+    /// were, so that a model is never left without an endpoint on the
+    /// strength of its health alone.
+    fn select_where(
+        &self,
+        strategy: Strategy,
+        key: Option<&str>,
+        opts: &RoutingOptions,
+        allowed: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let in_rotation =
+            |i: usize| allowed(i) && self.counters[i].health.standing() != Standing::Out;
+        self.choose(strategy, key, opts, &in_rotation)
+            .or_else(|| self.choose(strategy, key, opts, &allowed))
+    }
+
+    /// The strategy's pick among the endpoints `usable` admits.
+    fn choose(
+        &self,
+        strategy: Strategy,
+        key: Option<&str>,
+        opts: &RoutingOptions,
+        usable: &impl Fn(usize) -> bool,
+    ) -> Option<usize> {
         match self.len() {
             0 => return None,
-            1 => return (!exclude.contains(&0)).then_some(0),
+            1 => return usable(0).then_some(0),
             _ => {}
         }
         match (strategy, key) {
-            (Strategy::Default, _) => self.round_robin(exclude),
-            (Strategy::Failover, _) => self.first_usable(exclude),
-            (Strategy::Weighted, _) => self.weighted(exclude),
+            (Strategy::Default, _) => self.round_robin(usable),
+            (Strategy::Failover, _) => self.first_usable(usable),
+            (Strategy::Weighted, _) => self.weighted(usable),
             (Strategy::SessionAffinity | Strategy::Prefix, Some(key)) => {
-                self.hashed(key.as_bytes(), opts, exclude)
+                self.hashed(key.as_bytes(), opts, usable)
             }
             (Strategy::LeastLoaded, _) | (Strategy::SessionAffinity | Strategy::Prefix, None) => {
-                self.least_loaded(exclude)
+                self.least_loaded(usable)
             }
         }
+    }
+
+    /// Picks the endpoint for one attempt as [`EndpointSet::select`] does
+    /// and counts the request on it. An endpoint whose ejection is over is
+    /// picked only as its one trial request (the returned guard says so);
+    /// when another request holds that trial, the pick moves on.
+    pub fn pick(
+        &self,
+        strategy: Strategy,
+        key: Option<&str>,
+        opts: &RoutingOptions,
+        exclude: &[usize],
+    ) -> Option<(usize, InFlight)> {
+        let mut taken: Vec<usize> = Vec::new();
+        loop {
+            let allowed = |i: usize| !exclude.contains(&i) && !taken.contains(&i);
+            let Some(idx) = self.select_where(strategy, key, opts, allowed) else {
+                // Every endpoint left is some other request's trial: go
+                // where the strategy would without health.
+                let idx = self.select(strategy, key, opts, exclude)?;
+                return Some((idx, self.track(idx)));
+            };
+            let health = &self.counters[idx].health;
+            if health.standing() != Standing::TrialDue {
+                return Some((idx, self.track(idx)));
+            }
+            if health.claim_trial() {
+                return Some((idx, self.track_as(idx, true)));
+            }
+            taken.push(idx);
+        }
+    }
+
+    /// The health of the endpoint at `idx`.
+    ///
+    /// # Panics
+    /// When `idx` is not below [`EndpointSet::len`].
+    pub fn health(&self, idx: usize) -> &EndpointHealth {
+        &self.counters[idx].health
     }
 
     /// Counts a request as in flight on the endpoint at `idx` until the
@@ -283,57 +356,65 @@ impl EndpointSet {
     /// # Panics
     /// When `idx` is not below [`EndpointSet::len`].
     pub fn track(&self, idx: usize) -> InFlight {
-        let counter = Arc::clone(&self.counters[idx]);
-        counter.0.fetch_add(1, Ordering::Relaxed);
-        InFlight { counter }
+        self.track_as(idx, false)
+    }
+
+    fn track_as(&self, idx: usize, trial: bool) -> InFlight {
+        let state = Arc::clone(&self.counters[idx]);
+        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight {
+            state,
+            trial,
+            settled: false,
+        }
     }
 
     fn tick(&self) -> usize {
         self.cursor.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn round_robin(&self, exclude: &[usize]) -> Option<usize> {
+    fn round_robin(&self, usable: &impl Fn(usize) -> bool) -> Option<usize> {
         let n = self.len();
         let start = self.tick() % n;
         (0..n)
             .map(|offset| (start + offset) % n)
-            .find(|i| !exclude.contains(i))
+            .find(|&i| usable(i))
     }
 
-    fn first_usable(&self, exclude: &[usize]) -> Option<usize> {
-        (0..self.len()).find(|i| !exclude.contains(i))
+    fn first_usable(&self, usable: &impl Fn(usize) -> bool) -> Option<usize> {
+        (0..self.len()).find(|&i| usable(i))
     }
 
     /// Position `tick mod total weight` on the line of weighted endpoints
     /// not excluded: each gets a share of consecutive picks equal to its
     /// weight. Without any weighted endpoint left, the first backup.
-    fn weighted(&self, exclude: &[usize]) -> Option<usize> {
-        let usable = |i: &usize| !exclude.contains(i);
+    fn weighted(&self, usable: &impl Fn(usize) -> bool) -> Option<usize> {
+        let usable_ref = |i: &usize| usable(*i);
         let total: u64 = (0..self.len())
-            .filter(usable)
+            .filter(usable_ref)
             .map(|i| u64::from(self.upstreams[i].weight))
             .sum();
         if total == 0 {
-            return self.first_usable(exclude);
+            return self.first_usable(usable);
         }
         let mut point = self.tick() as u64 % total;
-        for i in (0..self.len()).filter(usable) {
+        for i in (0..self.len()).filter(usable_ref) {
             let weight = u64::from(self.upstreams[i].weight);
             if point < weight {
                 return Some(i);
             }
             point -= weight;
         }
-        self.first_usable(exclude)
+        self.first_usable(usable)
     }
 
-    fn least_loaded(&self, exclude: &[usize]) -> Option<usize> {
+    fn least_loaded(&self, usable: &impl Fn(usize) -> bool) -> Option<usize> {
         let tick = self.tick();
         let mut min = usize::MAX;
         let mut ties = 0usize;
         let mut first = None;
         for (i, counter) in self.counters.iter().enumerate() {
-            if exclude.contains(&i) {
+            if !usable(i) {
                 continue;
             }
             let load = counter.get();
@@ -354,7 +435,7 @@ impl EndpointSet {
         // pass; then the first minimum found is as good an answer.
         let mut wanted = tick % ties;
         for (i, counter) in self.counters.iter().enumerate().skip(first) {
-            if exclude.contains(&i) || counter.get() != min {
+            if !usable(i) || counter.get() != min {
                 continue;
             }
             if wanted == 0 {
@@ -365,12 +446,16 @@ impl EndpointSet {
         Some(first)
     }
 
-    fn hashed(&self, key: &[u8], opts: &RoutingOptions, exclude: &[usize]) -> Option<usize> {
+    fn hashed(
+        &self,
+        key: &[u8],
+        opts: &RoutingOptions,
+        usable: &impl Fn(usize) -> bool,
+    ) -> Option<usize> {
         let n = self.len();
         let bound = opts
             .bounded_load
             .and_then(|_| opts.load_bound(self.total_in_flight(), n));
-        let usable = |i: usize| !exclude.contains(&i);
         let within_bound = |i: usize| bound.is_none_or(|b| self.in_flight(i) <= b);
 
         // The ring holds at most `VIRTUAL_NODES_PER_ENDPOINT * n` points, so
@@ -442,12 +527,39 @@ impl fmt::Debug for EndpointSet {
 #[derive(Debug)]
 #[must_use = "the request counts as in flight only while the guard is alive"]
 pub struct InFlight {
-    counter: Arc<Counter>,
+    state: Arc<EndpointState>,
+    /// This request is the endpoint's trial after an ejection.
+    trial: bool,
+    /// An outcome was recorded.
+    settled: bool,
+}
+
+impl InFlight {
+    /// Whether this request is the endpoint's trial after an ejection.
+    pub fn is_trial(&self) -> bool {
+        self.trial
+    }
+
+    /// The connection to the endpoint failed (refused, timed out, or
+    /// closed before any answer).
+    pub fn failed(&mut self, policy: &OutlierPolicy) -> Change {
+        self.settled = true;
+        self.state.health.record_failure(policy, self.trial)
+    }
+
+    /// The endpoint answered.
+    pub fn succeeded(&mut self) -> Change {
+        self.settled = true;
+        self.state.health.record_success(self.trial)
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.counter.0.fetch_sub(1, Ordering::Relaxed);
+        self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.trial && !self.settled {
+            self.state.health.release_trial();
+        }
     }
 }
 

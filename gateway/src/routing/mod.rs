@@ -9,10 +9,11 @@
 //!    [`prefix_key`]) from headers and the [`RoutingInputs`] that model
 //!    extraction already borrowed from the body; [`KeySource`] labels it for
 //!    metrics.
-//! 3. [`EndpointSet::select`] picks the pod (ketama ring for keys,
-//!    round-robin or least-loaded otherwise), skipping pods already tried,
-//!    and [`EndpointSet::track`] counts the request as in flight until its
-//!    [`InFlight`] guard drops.
+//! 3. [`EndpointSet::pick`] picks the pod (ketama ring for keys,
+//!    round-robin or least-loaded otherwise), skipping pods already tried
+//!    and pods out of rotation ([`health`]: passive ejection after failures,
+//!    active checks), and counts the request as in flight until its
+//!    [`InFlight`] guard drops; the guard records the attempt's outcome.
 //!
 //! An [`EndpointSet`] is immutable and rebuilt only when the ready endpoints
 //! change, keeping the in-flight counts of pods that stay.
@@ -20,6 +21,7 @@
 #![warn(missing_docs)]
 
 mod endpoints;
+pub mod health;
 mod keys;
 mod messages;
 mod strategy;

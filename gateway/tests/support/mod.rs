@@ -14,6 +14,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub use flexinfer_conformance::sim::process::SimProcess;
 
+/// An endpoint where nothing listens and no test process can start to: a
+/// privileged loopback port below 10, which the ephemeral ports of
+/// [`free_port`] (and so every server a test starts) never include. `n`
+/// (1 to 9) tells dead endpoints of one model apart.
+pub fn dead_endpoint(n: u16) -> String {
+    assert!((1..10).contains(&n), "dead endpoints are ports 1 to 9");
+    format!("http://127.0.0.1:{n}")
+}
+
 /// A free loopback port (bound, read, released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -73,10 +82,41 @@ impl Gateway {
         Self::spawn(dir, &source, extra)
     }
 
+    /// [`Self::start`] with extra environment, the gateway's stderr written
+    /// to a file ([`Self::log`]) instead of the test's.
+    pub fn start_logged(yaml: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("models.yaml");
+        std::fs::write(&config, yaml).expect("write model file");
+        let log = std::fs::File::create(dir.path().join("gateway.log")).expect("log file");
+        let source = [
+            std::ffi::OsString::from("--config"),
+            config.into_os_string(),
+        ];
+        let mut command = Command::new(env!("CARGO_BIN_EXE_flexinfer-gateway"));
+        command.envs(env.iter().copied()).stderr(log);
+        Self::spawn_command(command, dir, &source, extra)
+    }
+
+    /// What a gateway started with [`Self::start_logged`] wrote to stderr.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+    }
+
     fn spawn(dir: tempfile::TempDir, source: &[std::ffi::OsString], extra: &[&str]) -> Self {
+        let command = Command::new(env!("CARGO_BIN_EXE_flexinfer-gateway"));
+        Self::spawn_command(command, dir, source, extra)
+    }
+
+    fn spawn_command(
+        mut command: Command,
+        dir: tempfile::TempDir,
+        source: &[std::ffi::OsString],
+        extra: &[&str],
+    ) -> Self {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_flexinfer-gateway"))
+        let child = command
             .args(source)
             .args(["--listen", &addr.to_string()])
             .args(["--metrics-listen", &admin.to_string()])

@@ -13,8 +13,8 @@ use crate::policy::shared_gpu::SharedGroupPolicy;
 use super::report::ActuatorReport;
 use super::shared::{Command, Shared};
 use super::spec::{validate, ActuatorConfig, LocalModelSpec, StartError};
-use super::status::{ModelStatus, Phase};
 use super::supervisor;
+use crate::lifecycle::{ModelStatus, Phase};
 
 /// Why a call on the actuator did not do what was asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

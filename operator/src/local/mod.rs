@@ -8,7 +8,7 @@
 //! the old leader stopped (SIGTERM, grace, SIGKILL) before the new one
 //! starts. The gateway embeds it in local mode.
 //!
-//! Layout: [`spec`] (what to run), [`status`] (what waiters see), `process`
+//! Layout: [`spec`] (what to run), [`crate::lifecycle`] (what waiters see), `process`
 //! (one child), `health` (its readiness probe), `group` (a shared group's
 //! decisions and history), `supervisor` (the task that owns everything:
 //! `model` its per-model state, `publish` what it tells the outside),
@@ -22,10 +22,10 @@ mod process;
 pub mod report;
 mod shared;
 pub mod spec;
-pub mod status;
+pub mod stray;
 mod supervisor;
 
+pub use crate::lifecycle::{ModelStatus, Phase};
 pub use actuator::{ActuatorError, LocalActuator};
 pub use report::{ActuatorReport, GroupReport, ModelReport, SwapRecord};
 pub use spec::{ActuatorConfig, LocalModelSpec, StartError};
-pub use status::{ModelStatus, Phase};

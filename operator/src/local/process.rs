@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::spec::LocalModelSpec;
+use super::stray::MANAGED_MODEL_ENV;
 
 /// Stderr lines kept for the `Failed` message.
 pub const STDERR_TAIL_LINES: usize = 20;
@@ -65,11 +66,14 @@ impl ChildProcess {
         command
             .args(&spec.args)
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            // Lets a later gateway recognise this server if it outlives us.
+            .env(MANAGED_MODEL_ENV, &spec.name)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
+        die_with_parent(&mut command);
         let mut child = command.spawn()?;
         let pid = child
             .id()
@@ -185,9 +189,38 @@ impl Drop for GroupGuard {
     }
 }
 
+/// Asks the kernel to send SIGTERM to the child when the thread that spawns
+/// it dies, so that a gateway killed without a chance to stop its models
+/// (SIGKILL, the OOM killer, a crash) does not leave them running. The
+/// supervisor spawns from a runtime worker thread, which lives as long as
+/// the actuator. A child whose parent is already gone exits at once.
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut tokio::process::Command) {
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: between fork and exec only async-signal-safe calls are made:
+    // prctl(2) and getppid(2) touch no memory of ours and do not allocate.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                // The gateway is gone already (no allocation here: ESRCH).
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_command: &mut tokio::process::Command) {}
+
 /// Sends `signal` to process group `pgid`; does nothing for ids 0 and 1
-/// (which would address our own group or every process).
-fn signal_group(pgid: u32, signal: libc::c_int) {
+/// (which would address our own group or every process). When `pgid` leads
+/// no group (a server some other program started), the process alone gets
+/// the signal.
+pub(super) fn signal_group(pgid: u32, signal: libc::c_int) {
     let Ok(pgid) = libc::pid_t::try_from(pgid) else {
         return;
     };
@@ -198,7 +231,9 @@ fn signal_group(pgid: u32, signal: libc::c_int) {
     // negative pid addresses the process group the child leads. The group id
     // stays reserved while any member lives, so it names our child's group.
     unsafe {
-        libc::kill(-pgid, signal);
+        if libc::kill(-pgid, signal) != 0 {
+            libc::kill(pgid, signal);
+        }
     }
 }
 

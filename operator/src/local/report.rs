@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use crate::policy::shared_gpu::LeaderReason;
 
-use super::status::Phase;
+use crate::lifecycle::Phase;
 
 /// Everything the actuator knows, as of its latest step.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{oneshot, watch};
 
 use super::report::ActuatorReport;
-use super::status::ModelStatus;
+use crate::lifecycle::ModelStatus;
 
 /// State the handles read without asking the supervisor.
 pub(crate) struct Shared {

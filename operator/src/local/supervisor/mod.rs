@@ -21,11 +21,12 @@ use crate::policy::since;
 
 use super::group::SharedGroup;
 use super::health;
-use super::process::{ChildProcess, ExitReport};
+use super::process::{self, ChildProcess, ExitReport};
 use super::report::ActuatorReport;
 use super::shared::{Command, ModelCell, Shared};
 use super::spec::{ActuatorConfig, LocalModelSpec};
-use super::status::ModelStatus;
+use super::stray;
+use crate::lifecycle::ModelStatus;
 
 mod model;
 mod publish;
@@ -33,6 +34,8 @@ mod publish;
 use model::{AbortOnDrop, Model, Run, StopReason};
 
 /// Longest wait the supervisor schedules (keeps `Instant` arithmetic finite).
+/// How soon a start is tried again while a stray server of the model stops.
+const STRAY_RECHECK: Duration = Duration::from_millis(200);
 const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A report from a child's supervising tasks.
@@ -110,6 +113,7 @@ pub(crate) fn spawn(
             stopped_because: None,
             starts: 0,
             failures: 0,
+            stray: None,
         });
     }
     let shared = Arc::new(Shared {
@@ -429,6 +433,9 @@ impl Supervisor {
         let spec = &self.models[model].spec;
         // Something else answering on the port would look healthy.
         if let Err(e) = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, spec.port)) {
+            if let Some(pid) = stray::own_listener(spec.port, &spec.name) {
+                return self.reclaim(model, pid, instant);
+            }
             let message = format!(
                 "cannot start: port {} on 127.0.0.1 is not free ({e}); another server is using it",
                 spec.port
@@ -460,6 +467,7 @@ impl Supervisor {
         let m = &mut self.models[model];
         m.starts += 1;
         m.stopped_because = None;
+        m.stray = None;
         m.run = Run::Starting {
             child,
             run,
@@ -479,6 +487,29 @@ impl Supervisor {
             }
             other => other,
         };
+    }
+
+    /// A server of this model that an earlier gateway left running holds
+    /// its port: stop it (SIGTERM, SIGKILL after the stop grace) and try
+    /// the start again shortly, without counting a failure.
+    fn reclaim(&mut self, model: usize, pid: u32, instant: Instant) {
+        let m = &mut self.models[model];
+        let since = match m.stray {
+            Some((known, since)) if known == pid => since,
+            _ => {
+                tracing::warn!(
+                    model = %m.spec.name, pid, port = m.spec.port,
+                    "stopping a server of this model that an earlier gateway left running"
+                );
+                process::signal_group(pid, libc::SIGTERM);
+                instant
+            }
+        };
+        if instant.duration_since(since) >= m.spec.stop_grace {
+            process::signal_group(pid, libc::SIGKILL);
+        }
+        m.stray = Some((pid, since));
+        m.retry_at = Some(after(instant, STRAY_RECHECK));
     }
 
     fn fail(&mut self, model: usize, message: String, instant: Instant) {

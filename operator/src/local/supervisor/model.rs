@@ -133,4 +133,7 @@ pub(super) struct Model {
     pub(super) stopped_because: Option<String>,
     pub(super) starts: u64,
     pub(super) failures: u64,
+    /// A server of this model left by an earlier gateway, being stopped:
+    /// its pid and when that began.
+    pub(super) stray: Option<(u32, Instant)>,
 }

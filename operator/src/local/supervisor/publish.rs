@@ -8,8 +8,8 @@ use tokio::time::Instant;
 
 use super::model::Run;
 use super::Supervisor;
+use crate::lifecycle::{ModelStatus, Phase};
 use crate::local::report::{ActuatorReport, ModelReport};
-use crate::local::status::{ModelStatus, Phase};
 
 impl Supervisor {
     fn status_of(
@@ -56,6 +56,11 @@ impl Supervisor {
                     self.models[other].spec.name
                 ));
             }
+        }
+        if let Some((pid, _)) = m.stray {
+            return Some(format!(
+                "stopping a server of this model (pid {pid}) that an earlier gateway left running"
+            ));
         }
         if m.retry_at.is_some_and(|t| t > instant) {
             let delay = self.config.retry_delay(m.consecutive_failures);

@@ -1,0 +1,112 @@
+//! The gateway's log output: one line per request (the access log, at
+//! INFO) and whatever else happens, pretty or JSON, on stderr.
+//!
+//! Lines are handed to a writer thread ([`tracing_appender::non_blocking`]),
+//! so a slow terminal or log collector never stalls the request path; if
+//! its buffer is full, lines are dropped rather than requests delayed.
+//! Colour codes are written only to a terminal. Pingora's ERROR line for
+//! every client that gives up in the middle of a request header is left
+//! out: such clients are counted in
+//! `flexinfer_proxy_request_header_aborts_total` instead, and a flood of
+//! them cannot fill the logs.
+
+use std::io::IsTerminal;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Metadata};
+use tracing_appender::non_blocking::WorkerGuard;
+use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::cli::LogFormat;
+
+/// Sets up logging; keep the guard until exit, so that the last lines are
+/// written.
+pub fn init(format: LogFormat, level: &str) -> WorkerGuard {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let ansi = std::io::stderr().is_terminal();
+    let output = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(ansi);
+    let output = match format {
+        LogFormat::Json => output.json().boxed(),
+        LogFormat::Pretty => output.boxed(),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(output.with_filter(QuietClientAborts).with_filter(filter))
+        .try_init();
+    guard
+}
+
+/// Drops Pingora's error line about a client that closed or stalled while
+/// sending its request header.
+struct QuietClientAborts;
+
+impl<S> Filter<S> for QuietClientAborts {
+    fn enabled(&self, _meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        true
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, _cx: &Context<'_, S>) -> bool {
+        if *event.metadata().level() != Level::ERROR {
+            return true;
+        }
+        // Pingora logs through the `log` crate: its target arrives as the
+        // `log.target` field.
+        let mut message = Message::default();
+        event.record(&mut message);
+        let target = message
+            .target
+            .as_deref()
+            .unwrap_or(event.metadata().target());
+        !(target.starts_with("pingora") && is_header_abort(&message.text))
+    }
+}
+
+/// Whether a Pingora error line reports a client lost while its request
+/// header was being read.
+fn is_header_abort(message: &str) -> bool {
+    message.contains("Downstream") && message.contains("while reading request headers")
+}
+
+/// The message and `log` target of an event.
+#[derive(Default)]
+struct Message {
+    text: String,
+    target: Option<String>,
+}
+
+impl Visit for Message {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "message" => self.text.push_str(value),
+            "log.target" => self.target = Some(value.to_string()),
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.text = format!("{value:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_header_aborts_are_quiet() {
+        assert!(is_header_abort(
+            "Fail to proxy: Downstream ConnectionClosed context: while reading request headers, bytes already read: 12, downstream session type: HTTP/1.1"
+        ));
+        assert!(!is_header_abort(
+            "Fail to proxy: Upstream ConnectRefused context: Fail to connect to addr: 127.0.0.1:1"
+        ));
+    }
+}

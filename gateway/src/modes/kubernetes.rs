@@ -1,0 +1,66 @@
+//! Kubernetes mode: models, endpoints and activation from the cluster's
+//! objects (see [`crate::kube`]), optionally with the operator's
+//! controllers in the same process (`--embedded-operator`).
+
+use std::sync::Arc;
+
+use super::{Mode, Upstreams};
+use crate::cli::Cli;
+use crate::config::ModelTable;
+use crate::kube::{EmbeddedControllers, KubeMode, KubeSettings, Scope};
+use crate::metrics::Metrics;
+use crate::ratelimit::LimitSettings;
+use crate::registry::RouteStore;
+
+/// Connects to the cluster and lists every watched kind before returning.
+pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Result<Mode> {
+    let store = Arc::new(RouteStore::from_table(&ModelTable::default(), limits));
+    let settings = KubeSettings {
+        kubeconfig: cli.kubeconfig.clone(),
+        scope: Scope::from_flags(&cli.pod_namespace, &cli.namespaces, cli.all_namespaces),
+        resync: cli.kube_resync,
+        touch_interval: cli.touch_interval,
+        activation_wait: cli.queue_timeout.max(cli.cold_start_timeout),
+        embedded_operator: cli
+            .embedded_operator
+            .then(|| embedded_controllers(cli, metrics)),
+        ..KubeSettings::default()
+    };
+    let kube = KubeMode::start(settings, store.clone())?;
+    Ok(Mode {
+        source: "kubernetes".to_string(),
+        routes: store,
+        lifecycle: Some(kube.lifecycle()),
+        failures: None,
+        upstreams: Upstreams::ModelServers,
+        services: Vec::new(),
+        shutdown: Some(Box::new(move || kube.shutdown())),
+    })
+}
+
+/// Settings of the operator controllers run inside the gateway.
+fn embedded_controllers(cli: &Cli, metrics: &Metrics) -> EmbeddedControllers {
+    let namespace = match (cli.all_namespaces, cli.namespaces.as_slice()) {
+        (true, _) => None,
+        (false, []) => Some(cli.pod_namespace.clone()),
+        (false, [one]) => Some(one.clone()),
+        // The controllers watch one namespace or all of them.
+        (false, _) => None,
+    };
+    let identity = cli
+        .pod_name
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("flexinfer-gateway-{}", std::process::id()));
+    EmbeddedControllers {
+        namespace,
+        leader_election: cli.leader_elect.then(|| {
+            (
+                cli.pod_namespace.clone(),
+                cli.leader_election_lease.clone(),
+                identity,
+            )
+        }),
+        registry: metrics.registry().clone(),
+    }
+}

@@ -1,0 +1,116 @@
+//! What the gateway keeps about one request while it passes through the
+//! phases, and the request ids it hands out.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus::IntGauge;
+
+use super::plan::ForwardPlan;
+use crate::errors::ApiError;
+use crate::routing::InFlight;
+
+/// Per-request state.
+#[derive(Default)]
+pub struct RequestCtx {
+    pub(super) request_id: Option<Arc<str>>,
+    pub(super) start: Option<Instant>,
+    pub(super) model: Option<Arc<str>>,
+    pub(super) plan: Option<Box<ForwardPlan>>,
+    /// Indices of the endpoints tried so far, in order.
+    pub(super) tried: Vec<usize>,
+    pub(super) lease: Option<EndpointLease>,
+    pub(super) model_gauge: Option<IntGauge>,
+    /// The answer decided in a phase that can only fail (e.g. no endpoint
+    /// left), for `fail_to_proxy` to send.
+    pub(super) error: Option<ApiError>,
+    pub(super) status: u16,
+    pub(super) request_bytes: u64,
+    pub(super) response_bytes: u64,
+    pub(super) ttfb_seen: bool,
+    /// The current attempt's upstream answered with a response header.
+    pub(super) upstream_answered: bool,
+    pub(super) is_subrequest: bool,
+    /// Pingora's upstream phases ran: a failure answered from here ends
+    /// the client connection (Pingora does not reuse it).
+    pub(super) proxied: bool,
+}
+
+impl RequestCtx {
+    /// The model's metrics label (`unknown` before it is known).
+    pub(super) fn model_label(&self) -> &str {
+        self.model.as_deref().unwrap_or("unknown")
+    }
+}
+
+/// An endpoint slot held while a request is in flight there; it records
+/// the attempt's outcome for the endpoint's health.
+pub(super) struct EndpointLease {
+    pub(super) in_flight: InFlight,
+    pub(super) gauge: IntGauge,
+}
+
+impl Drop for EndpointLease {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// Hands out `X-Request-ID`s: version-4-shaped UUIDs (random per process,
+/// then a counter), the form model servers that validate the header (e.g.
+/// llama-cpp-python's server) accept.
+pub(super) struct RequestIds {
+    counter: AtomicU64,
+    seed: u64,
+}
+
+impl RequestIds {
+    pub(super) fn new() -> Self {
+        Self {
+            counter: AtomicU64::new(0),
+            seed: rand::random(),
+        }
+    }
+
+    /// The client's id when it sent a usable one, else a new one.
+    pub(super) fn for_request(&self, inbound: Option<&http::HeaderValue>) -> Arc<str> {
+        match inbound
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.len() <= 128)
+        {
+            Some(id) => Arc::from(id),
+            None => {
+                let n = self.counter.fetch_add(1, Ordering::Relaxed);
+                Arc::from(request_uuid(self.seed, n))
+            }
+        }
+    }
+}
+
+/// Formats `seed` and `counter` as a UUID with version 4 and the RFC 4122
+/// variant: unique per gateway process for 2^62 requests.
+fn request_uuid(seed: u64, counter: u64) -> String {
+    let hi = (seed & !0xf000) | 0x4000;
+    let lo = (counter & 0x3fff_ffff_ffff_ffff) | 0x8000_0000_0000_0000;
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        hi >> 32,
+        (hi >> 16) & 0xffff,
+        hi & 0xffff,
+        lo >> 48,
+        lo & 0xffff_ffff_ffff
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn request_ids_are_version_4_uuids() {
+        let id = super::request_uuid(0xdead_beef_0123_4567, 5);
+        assert_eq!(id, "deadbeef-0123-4567-8000-000000000005");
+        let other = super::request_uuid(0xffff_ffff_ffff_ffff, u64::MAX);
+        assert_eq!(other, "ffffffff-ffff-4fff-bfff-ffffffffffff");
+        assert_ne!(super::request_uuid(1, 1), super::request_uuid(1, 2));
+    }
+}

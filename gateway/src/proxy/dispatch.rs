@@ -1,0 +1,45 @@
+//! After planning: the request is counted and sent down the path its body
+//! needs: Pingora's upstream phases, or a subrequest for bodies beyond the
+//! retry buffer.
+
+use pingora_error::Result;
+use pingora_proxy::Session;
+
+use super::context::RequestCtx;
+use super::plan::ForwardPlan;
+use super::respond::reject;
+use super::Gateway;
+
+impl Gateway {
+    /// `Ok(false)` hands the request to the upstream phases; `Ok(true)`
+    /// means it was answered here.
+    pub(super) async fn dispatch(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        plan: Box<ForwardPlan>,
+    ) -> Result<bool> {
+        let route = &plan.resolved.route;
+        let gauge = self.metrics.active.with_label_values(&[&route.name]);
+        gauge.inc();
+        ctx.model_gauge = Some(gauge);
+        self.metrics
+            .routing
+            .with_label_values(&[
+                &route.name,
+                plan.strategy.as_str(),
+                plan.key_source.as_str(),
+            ])
+            .inc();
+        if plan.body.is_some() && session.as_ref().retry_buffer_truncated() {
+            return self.forward_buffered(session, ctx, plan).await;
+        }
+        if route.endpoints.is_empty() {
+            // Answered here, the client connection stays open.
+            let err = self.no_endpoint(&route.name);
+            return reject(session, ctx, err).await;
+        }
+        ctx.plan = Some(plan);
+        Ok(false)
+    }
+}

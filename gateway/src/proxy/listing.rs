@@ -1,0 +1,80 @@
+//! The read-only JSON routes behind the API key: `GET /v1/models` and
+//! `GET /admin/models`.
+
+use bytes::Bytes;
+use pingora_error::Result;
+use pingora_proxy::Session;
+use serde_json::{json, Value};
+
+use super::context::RequestCtx;
+use super::respond::{reject, respond};
+use super::Gateway;
+use crate::errors::ApiError;
+
+impl Gateway {
+    /// Answers a listing route; `None` for other paths.
+    pub(super) async fn serve_listing(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<bool>> {
+        let build: fn(&Self) -> Value = match session.req_header().uri.path() {
+            "/v1/models" => Self::model_list,
+            "/admin/models" => Self::admin_report,
+            _ => return Ok(None),
+        };
+        if session.req_header().method != http::Method::GET {
+            let method = session.req_header().method.to_string();
+            let err = ApiError::method_not_allowed(&method);
+            return reject(session, ctx, err).await.map(Some);
+        }
+        let body = serde_json::to_vec(&build(self)).unwrap_or_default();
+        respond(
+            session,
+            ctx,
+            200,
+            "application/json",
+            Bytes::from(body),
+            &[],
+        )
+        .await?;
+        Ok(Some(true))
+    }
+
+    /// The OpenAI model list, with each model's phase as an extension field.
+    fn model_list(&self) -> Value {
+        let lifecycle = self.activation.as_ref().map(|q| q.lifecycle());
+        let data: Vec<Value> = self
+            .registry
+            .list()
+            .into_iter()
+            .map(|m| {
+                let model = m.parent.as_deref().unwrap_or(&m.root);
+                let phase = match m.phase {
+                    Some(phase) => phase.to_string(),
+                    None => lifecycle
+                        .and_then(|l| l.phase(model))
+                        .unwrap_or_else(|| "Ready".to_string()),
+                };
+                json!({
+                    "id": m.id,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "flexinfer",
+                    "root": m.root,
+                    "parent": m.parent,
+                    "status": {"phase": phase},
+                })
+            })
+            .collect();
+        json!({"object": "list", "data": data})
+    }
+
+    /// Phase, queue depth, activity and swap history of models run on demand.
+    fn admin_report(&self) -> Value {
+        match &self.activation {
+            Some(q) => q.lifecycle().report(),
+            None => json!({"models": [], "groups": []}),
+        }
+    }
+}

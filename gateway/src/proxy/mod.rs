@@ -1,0 +1,304 @@
+//! The Pingora [`ProxyHttp`] implementation. Each phase is a short sequence
+//! of calls that follows the request sequence of `ARCHITECTURE.md`:
+//! side routes → auth → global limit → extract → resolve → per-model limit
+//! → admit (cold start) → route → rewrite → forward → record.
+//!
+//! Requests whose model is known from the head (header or path prefix) and
+//! whose body the gateway does not need stream straight through. Requests
+//! that must be read first (JSON bodies to route on and rewrite, multipart
+//! bodies carrying the model) are buffered up to the body limit; bodies up
+//! to Pingora's 64 KiB retry buffer go through the upstream phases, larger
+//! ones through a subrequest with the body preset ([`buffered`]).
+//!
+//! Where each concern lives: [`context`] (per-request state, request ids),
+//! [`checks`] (API key, global limit), [`plan`] (extract → rewrite),
+//! [`dispatch`] (which path the planned request takes), [`upstream`] (peer
+//! choice, upstream head, retries), [`buffered`] and [`failover`] (the
+//! subrequest path and global-mode failover), [`side_routes`] and
+//! [`listing`] (the gateway's own routes), [`respond`] (answers it writes
+//! itself), [`record`] (metrics and access log).
+
+mod body;
+mod buffered;
+mod checks;
+mod context;
+mod dispatch;
+mod failover;
+mod headers;
+mod listing;
+mod plan;
+mod record;
+mod respond;
+mod settings;
+pub mod side_routes;
+mod upstream;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_error::{Error, Result};
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
+
+pub use context::RequestCtx;
+pub use headers::CLUSTER_HEADER;
+pub use plan::ForwardPlan;
+pub use settings::{EndpointFailures, ProxySettings};
+pub use side_routes::{SideAnswer, SideRoutes};
+
+use crate::activation::ActivationQueues;
+use crate::auth::Auth;
+use crate::connections;
+use crate::metrics::Metrics;
+use crate::ratelimit::RouteLimiter;
+use crate::registry::ModelRegistry;
+use context::RequestIds;
+use headers::REQUEST_ID;
+use respond::{answer_failure, reject, respond};
+
+/// Pause before an attempt goes to an endpoint tried before (as the
+/// original's 50 ms between attempts).
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Shared state of the gateway's request path.
+pub struct Gateway {
+    registry: Arc<dyn ModelRegistry>,
+    activation: Option<Arc<ActivationQueues>>,
+    failures: Option<Arc<dyn EndpointFailures>>,
+    auth: Option<Auth>,
+    /// Keys that may also reach admin routes ([`crate::paths::ADMIN_PATHS`]).
+    admin_keys: Option<Auth>,
+    global_limiter: Option<RouteLimiter>,
+    metrics: Metrics,
+    side_routes: SideRoutes,
+    settings: ProxySettings,
+    request_ids: RequestIds,
+}
+
+impl Gateway {
+    /// Builds the request path.
+    pub fn new(
+        registry: Arc<dyn ModelRegistry>,
+        auth: Option<Auth>,
+        global_limiter: Option<RouteLimiter>,
+        side_routes: SideRoutes,
+        metrics: Metrics,
+        settings: ProxySettings,
+    ) -> Self {
+        Self {
+            registry,
+            activation: None,
+            failures: None,
+            auth,
+            admin_keys: None,
+            global_limiter,
+            metrics,
+            side_routes,
+            settings,
+            request_ids: RequestIds::new(),
+        }
+    }
+
+    /// Keys that may reach admin routes (and every other route).
+    pub fn with_admin_keys(mut self, keys: Option<Auth>) -> Self {
+        self.admin_keys = keys;
+        self
+    }
+
+    /// Puts cold-start queueing in front of models that are run on demand.
+    pub fn with_activation(mut self, queues: Arc<ActivationQueues>) -> Self {
+        self.activation = Some(queues);
+        self
+    }
+
+    /// Reports failed connections to `failures`.
+    pub fn with_endpoint_failures(mut self, failures: Arc<dyn EndpointFailures>) -> Self {
+        self.failures = Some(failures);
+        self
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx::default()
+    }
+
+    fn allow_spawning_subrequest(&self, _session: &Session, ctx: &RequestCtx) -> bool {
+        !ctx.is_subrequest
+    }
+
+    async fn early_request_filter(
+        &self,
+        session: &mut Session,
+        _ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        // The header is in: the connection's header limits stop applying,
+        // and requests pipelined behind this one are served in order.
+        connections::header_received();
+        session.as_downstream_mut().set_pipelining_enabled(true);
+        Ok(())
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        ctx.start = Some(Instant::now());
+        if session.subrequest_ctx.is_some() {
+            return self.adopt_subrequest(session, ctx).await;
+        }
+        let inbound_id = session.req_header().headers.get(REQUEST_ID);
+        ctx.request_id = Some(self.request_ids.for_request(inbound_id));
+        if let Err(e) = checks::check_framing(session.req_header()) {
+            return reject(session, ctx, e).await;
+        }
+        if let Some(a) = self.side_routes.answer(session.req_header().uri.path()) {
+            respond(session, ctx, a.status, a.content_type, a.body, &[]).await?;
+            return Ok(true);
+        }
+        if let Err(e) = self.authenticate(session.req_header()) {
+            return reject(session, ctx, e).await;
+        }
+        if let Some(done) = self.serve_listing(session, ctx).await? {
+            return Ok(done);
+        }
+        if let Err(e) = self.check_global_limit() {
+            return reject(session, ctx, e).await;
+        }
+        match self.plan(session, ctx).await {
+            Ok(plan) => self.dispatch(session, ctx, Box::new(plan)).await,
+            Err(e) => reject(session, ctx, e).await,
+        }
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Box<HttpPeer>> {
+        ctx.proxied = true;
+        let (peer, again) = self.pick_peer(ctx)?;
+        if again {
+            // The same endpoint once more: give a restarting pod a moment.
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+        Ok(peer)
+    }
+
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut RequestCtx,
+        e: Box<Error>,
+    ) -> Box<Error> {
+        self.connect_failed(ctx, e)
+    }
+
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<Error>,
+        ctx: &mut RequestCtx,
+        upstream_reused: bool,
+    ) -> Box<Error> {
+        let e = e.more_context(format!("Peer: {peer}"));
+        self.proxy_failed(session, ctx, e, upstream_reused)
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        self.upstream_head(upstream, ctx)
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        ctx.upstream_answered = true;
+        self.record_outcome(ctx, false);
+        self.fail_over_server_error(session, resp, ctx)
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(id) = &ctx.request_id {
+            resp.insert_header(REQUEST_ID, id.as_ref())?;
+        }
+        if let Some(cluster) = self.answering_cluster(ctx) {
+            resp.insert_header(CLUSTER_HEADER, cluster)?;
+        }
+        ctx.status = resp.status.as_u16();
+        self.record_first_byte(ctx);
+        Ok(())
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if ctx.is_subrequest {
+            return Ok(());
+        }
+        if let Some(read) = ctx.plan.as_ref().and_then(|plan| plan.body.as_ref()) {
+            // A body read for routing (up to 64 KiB: larger ones go through
+            // `forward_buffered`). Pingora replays its own copy of it, on
+            // every attempt; the upstream gets the body as planned, possibly
+            // rewritten, whole with the end of the stream.
+            *body = (end_of_stream && !read.is_empty()).then(|| read.clone());
+        } else if let Some(b) = body {
+            ctx.request_bytes += b.len() as u64;
+            self.enforce_body_limit(ctx)?;
+        }
+        Ok(())
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<Duration>> {
+        if let (false, Some(b)) = (ctx.is_subrequest, body) {
+            ctx.response_bytes += b.len() as u64;
+        }
+        Ok(None)
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        answer_failure(session, e, ctx).await
+    }
+
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        ctx.lease = None;
+        if !ctx.is_subrequest {
+            connections::request_ended();
+            // A managed model's request ends when its plan (with its
+            // `ActiveRequest`) is dropped with the context, after the last byte.
+            self.record(session, e, ctx);
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Everything decided about a request before it is forwarded, in the
+//! order of the specification's request sequence: extract the model,
+//! resolve it, apply its limit, admit it (cold start), derive the routing
+//! key, rewrite the body.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use pingora_proxy::Session;
+
+use super::body::{declared_length, read_body};
+use super::context::RequestCtx;
+use super::Gateway;
+use crate::activation::{ActiveRequest, Admission};
+use crate::errors::ApiError;
+use crate::extract::{self, BodyKind, JsonView};
+use crate::registry::Resolved;
+use crate::rewrite;
+use crate::routing::{self, KeySource, RoutingInputs, Strategy};
+
+/// Everything decided about a request before it is forwarded.
+pub struct ForwardPlan {
+    pub(super) resolved: Resolved,
+    pub(super) strategy: Strategy,
+    pub(super) routing_key: Option<String>,
+    pub(super) key_source: KeySource,
+    /// The path sent upstream when the client's carried a `/model/<name>/`
+    /// prefix.
+    pub(super) forward_path: Option<String>,
+    /// The body as it goes upstream (rewritten), when the gateway read it.
+    pub(super) body: Option<Bytes>,
+    pub(super) request_id: Arc<str>,
+    /// Global mode, buffered requests: endpoints (bit per index) tried by
+    /// every subrequest of this request, so that a failover subrequest
+    /// skips them.
+    pub(super) tried_mask: Option<Arc<AtomicU64>>,
+    /// Keeps a managed model from an idle stop while this request runs.
+    pub(super) _active: Option<ActiveRequest>,
+}
+
+impl ForwardPlan {
+    /// The same plan for another subrequest of a global-mode request (which
+    /// never holds an [`ActiveRequest`]: members do their own activation).
+    pub(super) fn again(&self) -> ForwardPlan {
+        ForwardPlan {
+            resolved: self.resolved.clone(),
+            strategy: self.strategy,
+            routing_key: self.routing_key.clone(),
+            key_source: self.key_source,
+            forward_path: self.forward_path.clone(),
+            body: self.body.clone(),
+            request_id: self.request_id.clone(),
+            tried_mask: self.tried_mask.clone(),
+            _active: None,
+        }
+    }
+}
+
+/// What the request head says: the model when a header or the path names
+/// it, the path to forward, and what kind of body follows.
+struct RequestHead {
+    model: Option<String>,
+    forward_path: Option<String>,
+    kind: BodyKind,
+}
+
+impl RequestHead {
+    fn read(session: &Session) -> Result<Self, ApiError> {
+        let req = session.req_header();
+        let path_and_query = req.uri.path_and_query().map_or("/", |p| p.as_str());
+        let head = extract::from_head(&req.method, path_and_query, &req.headers)?;
+        let kind = extract::body_kind(&req.method, &req.headers);
+        let (model, forward_path) = match head {
+            Some(h) => (Some(h.model), h.forward_path),
+            None => (None, None),
+        };
+        Ok(Self {
+            model,
+            forward_path,
+            kind,
+        })
+    }
+
+    /// Whether the body must be read before routing: JSON bodies always
+    /// (routing fields, model rewrite), multipart ones when only the body
+    /// names the model.
+    fn needs_body(&self) -> bool {
+        match self.kind {
+            BodyKind::Json => true,
+            BodyKind::Multipart { .. } => self.model.is_none(),
+            BodyKind::Other => false,
+        }
+    }
+}
+
+impl Gateway {
+    /// Works out model, route, routing key and the body to forward.
+    pub(super) async fn plan(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<ForwardPlan, ApiError> {
+        let head = RequestHead::read(session)?;
+        let limit = self.settings.max_body_bytes;
+        if declared_length(session.req_header()).is_some_and(|n| n > limit) {
+            // Refused before a byte of it is read or forwarded.
+            return Err(ApiError::body_too_large(limit));
+        }
+        let body = if head.needs_body() {
+            let body = read_body(session, self.settings.max_body_bytes).await?;
+            ctx.request_bytes = body.len() as u64;
+            Some(body)
+        } else {
+            None
+        };
+        let json = match (&head.kind, &body) {
+            (BodyKind::Json, Some(b)) => Some(extract::parse_json(b)?),
+            _ => None,
+        };
+        let requested = requested_model(head.model, json.as_ref(), &head.kind, &body).await?;
+        let resolved = self.resolve(&requested, ctx)?;
+        let req = session.req_header();
+        let path = head.forward_path.as_deref().map_or(req.uri.path(), |p| {
+            p.split_once('?').map_or(p, |(path, _)| path)
+        });
+        resolved
+            .route
+            .paths
+            .check(&resolved.route.name, path, self.is_admin(req))?;
+        let (resolved, active) = self.admit(resolved, &requested).await?;
+        let strategy = self.strategy(&resolved);
+        let (routing_key, key_source) =
+            self.routing_key(strategy, &session.req_header().headers, json.as_ref());
+        let rewritten = rewritten_body(body.as_ref(), json.as_ref(), &resolved)?;
+        drop(json);
+        Ok(ForwardPlan {
+            resolved,
+            strategy,
+            routing_key,
+            key_source,
+            forward_path: head.forward_path,
+            body: rewritten.or(body),
+            request_id: ctx.request_id.clone().unwrap_or_else(|| Arc::from("")),
+            tried_mask: None,
+            _active: active,
+        })
+    }
+
+    /// The route of the requested name, within its model's rate limit.
+    fn resolve(&self, requested: &str, ctx: &mut RequestCtx) -> Result<Resolved, ApiError> {
+        let resolved = self
+            .registry
+            .resolve(requested)
+            .ok_or_else(|| ApiError::model_not_found(requested))?;
+        ctx.model = Some(Arc::from(resolved.route.name.as_str()));
+        if let Some(limiter) = &resolved.route.limiter {
+            if let Err(wait) = limiter.check() {
+                self.metrics
+                    .rate_limited
+                    .with_label_values(&[&resolved.route.name, "per_model"])
+                    .inc();
+                return Err(ApiError::rate_limited(wait));
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// Waits for a managed model to be ready (cold start), and marks the
+    /// request active on it. The route is resolved again after a wait: the
+    /// model's endpoints appeared meanwhile.
+    async fn admit(
+        &self,
+        resolved: Resolved,
+        requested: &str,
+    ) -> Result<(Resolved, Option<ActiveRequest>), ApiError> {
+        let Some(queues) = &self.activation else {
+            return Ok((resolved, None));
+        };
+        let route = &resolved.route;
+        match queues.admit(&route.name, route.cold_start_timeout).await {
+            Ok(admission) => {
+                let active = queues.active_request(&route.name);
+                if let Admission::Waited(waited) = admission {
+                    self.metrics
+                        .queue_wait
+                        .with_label_values(&[&route.name])
+                        .observe(waited.as_secs_f64());
+                    let fresh = self.registry.resolve(requested);
+                    return Ok((fresh.unwrap_or(resolved), active));
+                }
+                Ok((resolved, active))
+            }
+            Err(e) => {
+                self.metrics
+                    .queue_rejected
+                    .with_label_values(&[&route.name, e.code])
+                    .inc();
+                Err(e)
+            }
+        }
+    }
+
+    /// The model's routing strategy, unless routing is switched off. The
+    /// cluster policy of the global mode is not a per-model strategy that
+    /// `--routing-enabled false` turns off.
+    fn strategy(&self, resolved: &Resolved) -> Strategy {
+        if self.settings.routing_enabled || self.settings.cluster_failover {
+            resolved.route.strategy
+        } else {
+            Strategy::Default
+        }
+    }
+
+    /// The key a hashing strategy places the request by, and where it came from.
+    fn routing_key(
+        &self,
+        strategy: Strategy,
+        headers: &HeaderMap,
+        json: Option<&JsonView<'_>>,
+    ) -> (Option<String>, KeySource) {
+        if !strategy.uses_key() {
+            return (None, KeySource::None);
+        }
+        let document = json
+            .and_then(|v| v.documents)
+            .and_then(routing::document_text);
+        let inputs = json.map(|v| RoutingInputs {
+            session_id: v.session_id.as_deref(),
+            cache_key: v.cache_key.as_deref(),
+            prefix: v.prefix.as_deref(),
+            messages: v.messages,
+            prompt: v.prompt,
+            document_context: v.document_context.as_deref().or(document.as_deref()),
+        });
+        routing::routing_key(
+            strategy,
+            headers,
+            &inputs.unwrap_or_default(),
+            &self.settings.key_limits,
+        )
+        .map_or((None, KeySource::None), |(k, s)| (Some(k), s))
+    }
+}
+
+/// The model the request names: the head's, else the JSON `model`, else a
+/// multipart `model` field.
+async fn requested_model(
+    head_model: Option<String>,
+    json: Option<&JsonView<'_>>,
+    kind: &BodyKind,
+    body: &Option<Bytes>,
+) -> Result<String, ApiError> {
+    let requested = match (
+        head_model,
+        json.and_then(|v| v.model.as_deref()),
+        kind,
+        body,
+    ) {
+        (Some(m), _, _, _) => m,
+        (None, Some(m), _, _) => m.to_string(),
+        (None, None, BodyKind::Multipart { boundary }, Some(b)) => {
+            extract::multipart_model(b.clone(), boundary)
+                .await?
+                .ok_or_else(ApiError::missing_model)?
+        }
+        _ => return Err(ApiError::missing_model()),
+    };
+    extract::validate_model_name(&requested)?;
+    Ok(requested)
+}
+
+/// The JSON body with `model` rewritten to the name the backend serves, when
+/// it differs.
+fn rewritten_body(
+    body: Option<&Bytes>,
+    json: Option<&JsonView<'_>>,
+    resolved: &Resolved,
+) -> Result<Option<Bytes>, ApiError> {
+    match (body, json) {
+        (Some(b), Some(view)) if view.model.as_deref() != Some(&*resolved.upstream_model) => {
+            rewrite::rewrite_model(b, &resolved.upstream_model)
+                .map(Some)
+                .map_err(|e| ApiError::bad_request(e.to_string()))
+        }
+        _ => Ok(None),
+    }
+}

@@ -1,0 +1,74 @@
+//! What a finished request leaves behind: its metrics and the access-log
+//! line.
+
+use pingora_error::Error;
+use pingora_proxy::Session;
+
+use super::context::RequestCtx;
+use super::Gateway;
+use crate::metrics::route_label;
+
+impl Gateway {
+    /// Records a request that ended (successfully or not).
+    pub(super) fn record(&self, session: &Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        if let Some(g) = ctx.model_gauge.take() {
+            g.dec();
+        }
+        let model = ctx.model_label();
+        let path = session.req_header().uri.path();
+        let route = route_label(path);
+        let status = match ctx.status {
+            0 => session
+                .as_downstream()
+                .response_written()
+                .map_or(0, |r| r.status.as_u16()),
+            status => status,
+        };
+        let elapsed = ctx.start.map(|s| s.elapsed()).unwrap_or_default();
+        let status_label = status.to_string();
+        self.metrics
+            .requests
+            .with_label_values(&[model, &status_label, route])
+            .inc();
+        self.metrics
+            .duration
+            .with_label_values(&[model, route])
+            .observe(elapsed.as_secs_f64());
+        if ctx.request_bytes > 0 {
+            self.metrics
+                .bytes_in
+                .with_label_values(&[model])
+                .inc_by(ctx.request_bytes);
+        }
+        if ctx.response_bytes > 0 {
+            self.metrics
+                .bytes_out
+                .with_label_values(&[model])
+                .inc_by(ctx.response_bytes);
+        }
+        tracing::info!(
+            request_id = ctx.request_id.as_deref().unwrap_or(""),
+            method = %session.req_header().method,
+            path,
+            model,
+            status,
+            elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+            error = e.map(|e| e.to_string()),
+            "request"
+        );
+    }
+
+    /// Records the time to the response header, once per request.
+    pub(super) fn record_first_byte(&self, ctx: &mut RequestCtx) {
+        if ctx.is_subrequest || ctx.ttfb_seen {
+            return;
+        }
+        ctx.ttfb_seen = true;
+        if let Some(start) = ctx.start {
+            self.metrics
+                .ttfb
+                .with_label_values(&[ctx.model_label()])
+                .observe(start.elapsed().as_secs_f64());
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Settings of the request path and the hook that hears about failed
+//! endpoints.
+
+use std::time::Duration;
+
+use crate::routing::health::OutlierPolicy;
+use crate::routing::{KeyLimits, Upstream};
+
+/// Settings of the request path.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Largest request body buffered, in bytes (413 beyond).
+    pub max_body_bytes: usize,
+    /// Time allowed to connect to an upstream.
+    pub connect_timeout: Duration,
+    /// Longest silence allowed while reading an upstream response.
+    pub read_timeout: Duration,
+    /// Attempts per request, each on a different endpoint while one is left
+    /// untried (then the same one again, after a short pause).
+    pub max_attempts: usize,
+    /// When endpoints are taken out of rotation after failures.
+    pub outlier: OutlierPolicy,
+    /// Whether per-model routing strategies are honoured.
+    pub routing_enabled: bool,
+    /// Bounds of routing-key derivation.
+    pub key_limits: KeyLimits,
+    /// The upstreams are member clusters' gateways (global mode): a 5xx
+    /// answer or a failure before any byte reached the client is retried on
+    /// the next cluster, for any method; the request path is forwarded as
+    /// the client sent it, and an empty endpoint set means that no cluster
+    /// is available.
+    pub cluster_failover: bool,
+    /// `Authorization` value sent upstream instead of the client's (global
+    /// mode: the member gateways' API key).
+    pub upstream_authorization: Option<http::HeaderValue>,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 16 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(600),
+            max_attempts: 2,
+            outlier: OutlierPolicy::default(),
+            routing_enabled: true,
+            key_limits: KeyLimits::DEFAULT,
+            cluster_failover: false,
+            upstream_authorization: None,
+        }
+    }
+}
+
+/// Told when a connection to an endpoint failed on the request path, so
+/// that its health can be checked again at once (global mode: a member
+/// gateway that stopped answering is taken out before its next probe).
+/// Called on failures only, never for a successful request.
+pub trait EndpointFailures: Send + Sync {
+    /// A connection to `endpoint` was refused, timed out or broke.
+    fn connection_failed(&self, endpoint: &Upstream);
+}
