@@ -6,7 +6,8 @@ Against one `flexinfer-sim` that streams slowly, it prints the gateway's
 resident memory (VmRSS):
   idle            after start and one request
   streams         with --streams concurrent SSE answers in flight
-  after           --settle seconds after they all ended
+  after           --settle seconds after they all ended (with a readiness
+                  probe every second, as a kubelet sends)
   keep-alive      with --idle idle keep-alive connections open (per connection)
   slow clients    with --slow clients each holding a partial request header
 
@@ -85,6 +86,14 @@ async def stream_once(port: int, started: asyncio.Event, counter: list, request:
     writer.close()
 
 
+async def probe(port: int):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    await reader.read()
+    writer.close()
+
+
 async def hold_idle(port: int, n: int, request: bytes):
     conns = []
     for _ in range(n):
@@ -126,8 +135,15 @@ async def main_async(args, gw_pid: int, port: int):
     await asyncio.sleep(1)
     figures["streams"] = rss_mib(gw_pid)
     await asyncio.gather(*tasks)
-    await asyncio.sleep(args.settle)
+    # What a deployed gateway sees when no client sends anything: a
+    # readiness probe and a metrics scrape now and then.
+    for _ in range(int(args.settle)):
+        await probe(port)
+        await asyncio.sleep(1)
     figures["after"] = rss_mib(gw_pid)
+    figures["after_open_fds"] = len(os.listdir(f"/proc/{gw_pid}/fd"))
+    if os.environ.get("MEMORY_SMAPS"):
+        print(Path(f"/proc/{gw_pid}/smaps_rollup").read_text())
 
     before = rss_mib(gw_pid)
     idle = await hold_idle(port, args.idle, chat(model, False, 4))
@@ -156,11 +172,14 @@ def main() -> None:
     p.add_argument("--slow", type=int, default=200)
     p.add_argument("--slow-header-bytes", type=int, default=30 * 1024)
     p.add_argument("--gateway-flag", action="append", default=[], help="extra gateway flag (repeatable)")
+    p.add_argument("--gateway-binary", help="measure this gateway binary instead of building one")
     args = p.parse_args()
 
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "flexinfer-gateway", "-p",
-                    "flexinfer-conformance"], cwd=ROOT, check=True)
+    if not args.gateway_binary:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "flexinfer-gateway", "-p",
+                        "flexinfer-conformance"], cwd=ROOT, check=True)
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+    gateway = args.gateway_binary or str(target / "flexinfer-gateway")
     sim_port, gw_port = free_port(), free_port()
     work = Path(tempfile.mkdtemp())
     procs = []
@@ -172,7 +191,7 @@ def main() -> None:
         (work / "models.yaml").write_text(
             f"models:\n- name: m\n  endpoints: [\"http://127.0.0.1:{sim_port}\"]\n")
         gw = subprocess.Popen(
-            [str(target / "flexinfer-gateway"), "--config", str(work / "models.yaml"),
+            [gateway, "--config", str(work / "models.yaml"),
              "--listen", f"127.0.0.1:{gw_port}", "--threads", "2",
              "--client-header-timeout", "120s", *args.gateway_flag],
             env={**os.environ, "RUST_LOG": "warn"},
@@ -184,7 +203,7 @@ def main() -> None:
         print(f"RSS idle:                         {figures['idle']:.1f} MiB")
         print(f"RSS with {args.streams} streams in flight:   {figures['streams']:.1f} MiB")
         print(f"RSS {args.settle:.0f} s after they ended:         {figures['after']:.1f} MiB "
-              f"({figures['after'] / figures['idle']:.2f}x idle)")
+              f"({figures['after'] / figures['idle']:.2f}x idle, {figures['after_open_fds']} open fds)")
         print(f"per idle keep-alive connection:   {figures['keepalive_per_conn_kib']:.1f} KiB")
         print(f"{args.slow} slow clients ({args.slow_header_bytes // 1024} KiB of header each): "
               f"{figures['slow_clients_mib']:.1f} MiB")

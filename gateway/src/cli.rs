@@ -252,6 +252,14 @@ pub struct Cli {
     #[arg(long, env = "PROXY_UPSTREAM_READ_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     pub upstream_read_timeout: Duration,
 
+    /// How long an idle upstream connection is kept for the next request.
+    /// Keep it below the backends' own keep-alive timeout (uvicorn, behind
+    /// vLLM, SGLang and llama-cpp-python, closes idle connections after
+    /// 5 s): a connection the backend closes as a request goes out costs a
+    /// retry.
+    #[arg(long, env = "PROXY_UPSTREAM_KEEPALIVE_TIMEOUT", default_value = "4s", value_parser = humantime::parse_duration)]
+    pub upstream_keepalive_timeout: Duration,
+
     /// Requests queued per model while it is activated from zero.
     #[arg(long, env = "PROXY_MAX_QUEUE_SIZE", default_value_t = 100)]
     pub max_queue_size: usize,

@@ -9,6 +9,7 @@
 //! path is the same in all three. `gateway/README.md` maps the folder.
 
 pub mod activation;
+pub mod allocator;
 pub mod auth;
 pub mod cli;
 pub mod config;

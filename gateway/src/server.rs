@@ -92,6 +92,7 @@ fn gateway(
         max_body_bytes: cli.max_body_bytes,
         connect_timeout: cli.upstream_connect_timeout,
         read_timeout: cli.upstream_read_timeout,
+        upstream_keepalive: cli.upstream_keepalive_timeout,
         max_attempts: cli.attempts(),
         outlier: cli.outlier_policy(),
         routing_enabled: cli.routing_enabled,

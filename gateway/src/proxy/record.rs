@@ -11,6 +11,7 @@ use crate::metrics::route_label;
 impl Gateway {
     /// Records a request that ended (successfully or not).
     pub(super) fn record(&self, session: &Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        crate::allocator::tidy_this_thread();
         if let Some(g) = ctx.model_gauge.take() {
             g.dec();
         }

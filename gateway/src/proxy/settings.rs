@@ -15,6 +15,8 @@ pub struct ProxySettings {
     pub connect_timeout: Duration,
     /// Longest silence allowed while reading an upstream response.
     pub read_timeout: Duration,
+    /// How long an idle upstream connection stays pooled for reuse.
+    pub upstream_keepalive: Duration,
     /// Attempts per request, each on a different endpoint while one is left
     /// untried (then the same one again, after a short pause).
     pub max_attempts: usize,
@@ -41,6 +43,7 @@ impl Default for ProxySettings {
             max_body_bytes: 16 * 1024 * 1024,
             connect_timeout: Duration::from_secs(5),
             read_timeout: Duration::from_secs(600),
+            upstream_keepalive: Duration::from_secs(4),
             max_attempts: 2,
             outlier: OutlierPolicy::default(),
             routing_enabled: true,

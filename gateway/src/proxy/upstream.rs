@@ -62,6 +62,7 @@ impl Gateway {
         peer.options.connection_timeout = Some(self.settings.connect_timeout);
         peer.options.read_timeout = Some(self.settings.read_timeout);
         peer.options.write_timeout = Some(self.settings.read_timeout);
+        peer.options.idle_timeout = Some(self.settings.upstream_keepalive);
         Ok((Box::new(peer), again))
     }
 
