@@ -3,21 +3,27 @@
 
 Against one fast `flexinfer-sim` backend it measures, in one run:
   direct          no proxy
-  flexinfer       flexinfer-gateway (model read from the JSON body, rewritten)
+  flexinfer       flexinfer-gateway (model read from the JSON body, rewritten;
+                  errors only in the log)
+  flexinfer-log   the same at its default log level (an access-log line per
+                  request, written to a file)
+  pingora         the floor: a Pingora proxy with no logic (one upstream,
+                  bodies passed through unread; gateway/examples/pingora_floor.rs)
   nginx           nginx as a reverse proxy (keep-alive upstream, no buffering)
   haproxy         HAProxy in HTTP mode (keep-alive upstream)
   litellm         LiteLLM proxy, when `litellm` is importable (--litellm-python)
 
-For each: requests/s at a fixed concurrency with small (1 KiB) and large
-(1 MiB) JSON chat bodies, p50/p99 latency and the latency added over
+For each: requests/s at a fixed concurrency with 1 KiB, 32 KiB and 1 MiB
+JSON chat bodies, p50/p99 latency and the latency added over
 direct, CPU seconds per 1,000 requests and peak RSS of the proxy process
 (from /proc), and for streamed answers the time to the first byte and the
 median gap between chunks compared with direct. Ratios against direct make
 figures from noisy machines comparable.
 
-Output: a Markdown table on stdout, and JSON and a PNG plot in --out.
+Output: a Markdown table on stdout, FlexInfer's ratios to the Pingora floor
+and to nginx, and JSON and a PNG plot in --out.
 
-  benchmark/proxy/compare.py [--duration 8] [--connections 32] [--out DIR]
+  benchmark/proxy/compare.py [--duration 8] [--rounds 3] [--connections 32] [--out DIR]
 
 Needs wrk, nginx and haproxy (Debian: wrk nginx-light haproxy) and release
 builds of flexinfer-gateway and flexinfer-sim (built on start).
@@ -38,6 +44,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+SIZES = (("small", 1024), ("medium", 32 * 1024), ("large", 1024 * 1024))
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -157,6 +164,12 @@ def run_wrk(port: int, script: Path, duration: int, connections: int) -> dict:
     return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", line)}
 
 
+def median_figures(rounds: list[dict]) -> dict:
+    """Each figure's median over the rounds that report it."""
+    keys = {k for r in rounds for k in r}
+    return {k: statistics.median(r[k] for r in rounds if k in r) for k in sorted(keys)}
+
+
 def sse_profile(port: int, model: str, streams: int) -> dict:
     """Time to first byte and median chunk gap of streamed answers."""
     body = json.dumps(
@@ -262,6 +275,32 @@ model_list:
     return Proxy("litellm", port, proc, "bench")
 
 
+def floor_ratios(results: dict) -> dict:
+    """FlexInfer's figures divided by the Pingora floor's and nginx's."""
+    flex = results.get("flexinfer")
+    if not flex:
+        return {}
+    out = {}
+    for size_name, _ in SIZES:
+        f, r = flex[size_name], {}
+        for other in ("pingora", "nginx"):
+            o = results.get(other, {}).get(size_name)
+            if not o:
+                continue
+            if f.get("cpu_s_per_1k") and o.get("cpu_s_per_1k"):
+                r[f"cpu_vs_{other}"] = round(f["cpu_s_per_1k"] / o["cpu_s_per_1k"], 2)
+            if f.get("rps") and o.get("rps"):
+                r[f"rps_vs_{other}"] = round(f["rps"] / o["rps"], 2)
+            r[f"{other}_added_p50_ms"] = o.get("added_p50_ms")
+        r["added_p50_ms"] = f.get("added_p50_ms")
+        r["added_p99_ms"] = f.get("added_p99_ms")
+        out[size_name] = r
+    sse = {name: e["sse"].get("added_ttfb_ms") for name, e in results.items() if "sse" in e}
+    if sse:
+        out["sse"] = sse
+    return out
+
+
 def plot(results: dict, path: Path) -> bool:
     try:
         import matplotlib
@@ -292,12 +331,16 @@ def plot(results: dict, path: Path) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run (default 8)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="wrk runs per body size; each figure is their median (default 3)")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
     parser.add_argument("--streams", type=int, default=20, help="streamed answers per target (default 20)")
     parser.add_argument("--gateway-threads", type=int, default=1, help="gateway worker threads (default 1, like one nginx worker)")
     parser.add_argument("--litellm-python", default=None, help="Python with litellm[proxy] installed")
     parser.add_argument("--out", default="benchmark-results", help="folder for compare.json and compare.png")
     parser.add_argument("--no-build", action="store_true", help="use existing release binaries")
+    parser.add_argument("--targets", default="direct,flexinfer,flexinfer-log,pingora,nginx,haproxy",
+                        help="comma-separated targets to measure (default: all but litellm)")
     args = parser.parse_args()
 
     for tool in ("wrk", "nginx", "haproxy"):
@@ -306,7 +349,10 @@ def main() -> None:
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "flexinfer-gateway", "-p",
                         "flexinfer-conformance"], cwd=ROOT, check=True)
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "flexinfer-gateway", "--example",
+                        "pingora_floor"], cwd=ROOT, check=True)
     bins = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+    wanted = set(args.targets.split(","))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="flexinfer-compare-"))
@@ -332,17 +378,34 @@ def main() -> None:
             f"  - name: bench-stream\n    backendModel: {served}\n"
             f"    endpoints: ['http://127.0.0.1:{stream_port}']\n"
         )
-        gw_port = free_port()
-        gateway = start([str(bins / "flexinfer-gateway"), "--config", str(models), "--listen",
-                         f"127.0.0.1:{gw_port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
-                         "--threads", str(args.gateway_threads), "--max-body-bytes", "33554432"],
-                        env={"RUST_LOG": "error"})
-        procs.append(gateway)
-        proxies = [Proxy("direct", sim_port, None, served), Proxy("flexinfer", gw_port, gateway, "bench")]
-        proxies.append(nginx_proxy(work, sim_port, served))
-        proxies.append(haproxy_proxy(work, sim_port, served))
+        def gateway(log_level: str, log_path=None) -> Proxy:
+            port = free_port()
+            log = open(log_path, "w") if log_path else None
+            proc = start([str(bins / "flexinfer-gateway"), "--config", str(models), "--listen",
+                          f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
+                          "--threads", str(args.gateway_threads), "--max-body-bytes", "33554432"],
+                         env={"RUST_LOG": log_level}, log=log)
+            return Proxy("flexinfer", port, proc, "bench")
+
+        gw = gateway("error")
+        proxies = [Proxy("direct", sim_port, None, served), gw]
+        if "flexinfer-log" in wanted:
+            logged = gateway("info", work / "access.log")
+            logged.name = "flexinfer-log"
+            proxies.append(logged)
+        if "pingora" in wanted:
+            floor_port = free_port()
+            floor = start([str(bins / "examples" / "pingora_floor"), f"127.0.0.1:{floor_port}",
+                           f"127.0.0.1:{sim_port}", str(args.gateway_threads)])
+            proxies.append(Proxy("pingora", floor_port, floor, served))
+        if "nginx" in wanted:
+            proxies.append(nginx_proxy(work, sim_port, served))
+        if "haproxy" in wanted:
+            proxies.append(haproxy_proxy(work, sim_port, served))
         if args.litellm_python:
             proxies.append(litellm_proxy(work, sim_port, args.litellm_python, served))
+        proxies = [p for p in proxies if p.name in wanted or p.name == "direct"
+                   or (p.name == "litellm" and args.litellm_python)]
         for p in proxies:
             if p.proc:
                 procs.append(p.proc)
@@ -350,32 +413,43 @@ def main() -> None:
         time.sleep(0.5)
 
         # Streaming goes through the same proxies to the paced simulator.
-        stream_targets = {"direct": (stream_port, served)}
-        stream_gw = ("flexinfer", gw_port, "bench-stream")
+        stream_targets = {"direct": (stream_port, served), "flexinfer": (gw.port, "bench-stream")}
         (work / "s").mkdir()
-        nginx_s = nginx_proxy(work / "s", stream_port, served)
-        haproxy_s = haproxy_proxy(work / "s", stream_port, served)
-        for p in (nginx_s, haproxy_s):
-            procs.append(p.proc)
-            wait_port(p.port, p.name + " (stream)")
-        stream_targets["flexinfer"] = stream_gw[1:]
-        stream_targets["nginx"] = (nginx_s.port, served)
-        stream_targets["haproxy"] = (haproxy_s.port, served)
+        if "nginx" in wanted:
+            nginx_s = nginx_proxy(work / "s", stream_port, served)
+            procs.append(nginx_s.proc)
+            wait_port(nginx_s.port, "nginx (stream)")
+            stream_targets["nginx"] = (nginx_s.port, served)
+        if "pingora" in wanted:
+            floor_s = free_port()
+            procs.append(start([str(bins / "examples" / "pingora_floor"), f"127.0.0.1:{floor_s}",
+                                f"127.0.0.1:{stream_port}", str(args.gateway_threads)]))
+            wait_port(floor_s, "pingora (stream)")
+            stream_targets["pingora"] = (floor_s, served)
+        if "haproxy" in wanted:
+            haproxy_s = haproxy_proxy(work / "s", stream_port, served)
+            procs.append(haproxy_s.proc)
+            wait_port(haproxy_s.port, "haproxy (stream)")
+            stream_targets["haproxy"] = (haproxy_s.port, served)
 
         results = {}
         for p in proxies:
             entry = {"pid_count": len(p.pids())}
-            for size_name, size in (("small", 1024), ("large", 1024 * 1024)):
+            for size_name, size in SIZES:
                 script = wrk_script(work, f"{p.name}-{size_name}", p.model, size)
-                conns = args.connections if size_name == "small" else max(4, args.connections // 4)
+                conns = args.connections if size_name != "large" else max(4, args.connections // 4)
                 run_wrk(p.port, script, 2, conns)  # warm-up
                 pids = p.pids()
-                cpu_before = proc_cpu_seconds(pids)
-                figures = run_wrk(p.port, script, args.duration, conns)
-                cpu = proc_cpu_seconds(pids) - cpu_before
-                requests = figures.get("requests", 0)
-                if p.proc and requests:
-                    figures["cpu_s_per_1k"] = round(cpu / requests * 1000, 4)
+                rounds = []
+                for _ in range(args.rounds):
+                    cpu_before = proc_cpu_seconds(pids)
+                    figures = run_wrk(p.port, script, args.duration, conns)
+                    cpu = proc_cpu_seconds(pids) - cpu_before
+                    requests = figures.get("requests", 0)
+                    if p.proc and requests:
+                        figures["cpu_s_per_1k"] = round(cpu / requests * 1000, 4)
+                    rounds.append(figures)
+                figures = median_figures(rounds)
                 figures["rss_kib"] = proc_rss_kib(pids) if p.proc else None
                 entry[size_name] = figures
             if p.name in stream_targets:
@@ -386,7 +460,7 @@ def main() -> None:
 
         direct = results["direct"]
         for name, entry in results.items():
-            for size_name in ("small", "large"):
+            for size_name, _ in SIZES:
                 fig, base = entry[size_name], direct[size_name]
                 if base.get("rps"):
                     fig["rps_ratio"] = round(fig.get("rps", 0) / base["rps"], 3)
@@ -401,7 +475,7 @@ def main() -> None:
         plotted = plot(results, out / "compare.png")
 
         print(f"\nOn loopback, {args.connections} connections (1 MiB: {max(4, args.connections // 4)}), "
-              f"{args.duration} s per run, one worker per proxy, {os.cpu_count()} CPUs.\n")
+              f"{args.duration} s per run, median of {args.rounds}, one worker per proxy, {os.cpu_count()} CPUs.\n")
         print("| target | 1 KiB req/s | × direct | p50 / p99 ms | added p50 / p99 ms | CPU s / 1k req | "
               "1 MiB req/s | × direct | added p50 ms | CPU s / 1k req | RSS MiB | SSE TTFB ms | chunk gap ms |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -419,6 +493,23 @@ def main() -> None:
                   f"{f(l.get('added_p50_ms'), '.2f')} | {f(l.get('cpu_s_per_1k'), '.3f')} | "
                   f"{f(rss / 1024 if rss else None, '.1f')} | {f(sse.get('ttfb_ms'), '.1f')} | "
                   f"{f(sse.get('chunk_gap_ms'), '.1f')} |")
+        ratios = floor_ratios(results)
+        if ratios:
+            print("\nFlexInfer against the Pingora floor and nginx (CPU per request, req/s, added latency):\n")
+            print("| body | CPU ÷ pingora | CPU ÷ nginx | req/s ÷ pingora | req/s ÷ nginx | added p50 ms "
+                  "(pingora, nginx) | added p99 ms |")
+            print("|---|---|---|---|---|---|---|")
+            for size_name, r in ratios.items():
+                if size_name == "sse":
+                    continue
+                print(f"| {size_name} | {r.get('cpu_vs_pingora', '—')} | {r.get('cpu_vs_nginx', '—')} | "
+                      f"{r.get('rps_vs_pingora', '—')} | {r.get('rps_vs_nginx', '—')} | "
+                      f"{r.get('added_p50_ms')} ({r.get('pingora_added_p50_ms')}, {r.get('nginx_added_p50_ms')}) | "
+                      f"{r.get('added_p99_ms')} |")
+            if "sse" in ratios:
+                print(f"\nSSE time to first byte: {ratios['sse']}")
+            (out / "compare.json").write_text(json.dumps(
+                {"settings": meta, "results": results, "flexinfer_ratios": ratios}, indent=2))
         print(f"\nJSON: {out / 'compare.json'}" + (f"; plot: {out / 'compare.png'}" if plotted else
                                                      " (install matplotlib for the PNG plot)"))
     finally:

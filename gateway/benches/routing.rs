@@ -6,6 +6,7 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use flexinfer_gateway::extract::RawJson;
 use flexinfer_gateway::routing::{
     prefix_key, session_key, EndpointSet, RoutingInputs, RoutingOptions, Strategy, Upstream,
     CACHE_KEY_HEADER, SESSION_ID_HEADER,
@@ -91,8 +92,8 @@ fn bench_keys(c: &mut Criterion) {
         return;
     };
     let body = RoutingInputs {
-        messages: parsed.messages,
-        prompt: parsed.prompt,
+        messages: parsed.messages.map(|m| RawJson::new(m.get())),
+        prompt: parsed.prompt.map(|p| RawJson::new(p.get())),
         ..RoutingInputs::default()
     };
     let none = HeaderMap::new();

@@ -8,9 +8,14 @@
 //! the cost is one scan up to the `model` member (usually the first) plus a
 //! copy. Multipart bodies are never rewritten.
 //!
-//! The scanner walks the top-level object only, skipping nested values by
-//! depth and strings by their escapes, so a `"model"` inside `messages` or
-//! inside a string is never touched. It is linear in the bytes it reads. It
+//! On the request path the value's place is already known from
+//! [`parse_json`](crate::extract::parse_json) ([`ModelSlot`]), and
+//! [`splice_parts`] builds the new body from slices of the old one without
+//! copying it. [`splice_model`] finds the place itself by walking the
+//! top-level object only, skipping nested values by their brackets and
+//! strings by their escapes (the workspace's one JSON skipper,
+//! `flexinfer-jsonscan`), so a `"model"` inside `messages` or inside a
+//! string is never touched. It is linear in the bytes it reads. It
 //! expects a body that [`parse_json`](crate::extract::parse_json) accepted;
 //! on other input it returns an error or, at worst, an unspecified result,
 //! but never panics.
@@ -18,6 +23,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
+use flexinfer_jsonscan::{self as scan, ScanError};
 
 use crate::errors::ApiError;
 
@@ -60,7 +66,7 @@ pub fn rewrite_model(body: &Bytes, model: &str) -> Result<Bytes, RewriteError> {
 /// rejects bodies with two. The caller sets Content-Length from the new length.
 pub fn splice_model(body: &[u8], model: &str) -> Result<Option<Vec<u8>>, RewriteError> {
     match locate(body)? {
-        Location::Value(span) => {
+        ModelSlot::Value(span) => {
             let old = &body[span.clone()];
             if json_string_equals(old, model) {
                 return Ok(None);
@@ -71,7 +77,7 @@ pub fn splice_model(body: &[u8], model: &str) -> Result<Option<Vec<u8>>, Rewrite
             out.extend_from_slice(&body[span.end..]);
             Ok(Some(out))
         }
-        Location::Absent { open_brace, empty } => {
+        ModelSlot::Absent { open_brace, empty } => {
             let after = open_brace + 1;
             let mut out = Vec::with_capacity(body.len() + escaped_len(model) + 9);
             out.extend_from_slice(&body[..after]);
@@ -90,67 +96,96 @@ pub fn splice_model(body: &[u8], model: &str) -> Result<Option<Vec<u8>>, Rewrite
 /// included for a string), or `None` when the object has no such member.
 pub fn model_value_span(body: &[u8]) -> Result<Option<Range<usize>>, RewriteError> {
     Ok(match locate(body)? {
-        Location::Value(span) => Some(span),
-        Location::Absent { .. } => None,
+        ModelSlot::Value(span) => Some(span),
+        ModelSlot::Absent { .. } => None,
     })
 }
 
-/// Where the top-level `model` is, or where it would go.
-enum Location {
+/// Where the top-level `model` is in a JSON object body, or where it would go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSlot {
     /// The value of the first top-level `model` member.
     Value(Range<usize>),
-    /// No top-level `model`; the object opens at `open_brace`.
-    Absent { open_brace: usize, empty: bool },
+    /// No top-level `model`; the object opens at `open_brace` (and has no
+    /// member at all when `empty`).
+    Absent {
+        /// Offset of the object's `{`.
+        open_brace: usize,
+        /// Whether the object has no member.
+        empty: bool,
+    },
 }
 
-fn locate(body: &[u8]) -> Result<Location, RewriteError> {
-    let mut s = Scanner { b: body, i: 0 };
-    s.skip_ws();
-    if s.peek() != Some(b'{') {
+/// The body with its top-level `model` set to `model`, as slices of `body`
+/// around the new value (no copy of the body); `None` when it already holds
+/// exactly that name. `slot` must be where [`parse_json`] found the value.
+///
+/// [`parse_json`]: crate::extract::parse_json
+pub fn splice_parts(body: &Bytes, slot: &ModelSlot, model: &str) -> Option<Vec<Bytes>> {
+    let mut value = Vec::with_capacity(escaped_len(model) + 9);
+    let (head, tail) = match slot {
+        ModelSlot::Value(span) => {
+            if json_string_equals(body.get(span.clone())?, model) {
+                return None;
+            }
+            push_json_string(&mut value, model);
+            (body.slice(..span.start), body.slice(span.end..))
+        }
+        ModelSlot::Absent { open_brace, empty } => {
+            let after = open_brace + 1;
+            value.extend_from_slice(b"\"model\":");
+            push_json_string(&mut value, model);
+            if !empty {
+                value.push(b',');
+            }
+            (body.slice(..after), body.slice(after..))
+        }
+    };
+    Some(vec![head, Bytes::from(value), tail])
+}
+
+fn locate(body: &[u8]) -> Result<ModelSlot, RewriteError> {
+    let open_brace = scan::skip_ws(body, 0);
+    if body.get(open_brace) != Some(&b'{') {
         return Err(RewriteError::NotAnObject);
     }
-    let open_brace = s.i;
-    s.i += 1;
-    s.skip_ws();
-    if s.peek() == Some(b'}') {
-        return Ok(Location::Absent {
+    let malformed = |e: ScanError| RewriteError::Malformed(e.offset);
+    let mut at = scan::skip_ws(body, open_brace + 1);
+    if body.get(at) == Some(&b'}') {
+        return Ok(ModelSlot::Absent {
             open_brace,
             empty: true,
         });
     }
     loop {
-        s.skip_ws();
-        if s.peek() != Some(b'"') {
-            return Err(s.malformed());
+        let key_end = scan::string_end_checked(body, at).map_err(malformed)?;
+        let is_model = key_is_model(&body[at..key_end]);
+        at = scan::skip_ws(body, key_end);
+        if body.get(at) != Some(&b':') {
+            return Err(RewriteError::Malformed(at));
         }
-        let key_start = s.i;
-        let escaped = s.string()?;
-        let is_model = key_is_model(&body[key_start..s.i], escaped);
-        s.skip_ws();
-        s.expect(b':')?;
-        s.skip_ws();
-        let value_start = s.i;
-        s.value()?;
+        let value_start = scan::skip_ws(body, at + 1);
+        let value_end = scan::value_end(body, value_start).map_err(malformed)?;
         if is_model {
-            return Ok(Location::Value(value_start..s.i));
+            return Ok(ModelSlot::Value(value_start..value_end));
         }
-        s.skip_ws();
-        match s.peek() {
-            Some(b',') => s.i += 1,
+        at = scan::skip_ws(body, value_end);
+        match body.get(at) {
+            Some(b',') => at = scan::skip_ws(body, at + 1),
             Some(b'}') => {
-                return Ok(Location::Absent {
+                return Ok(ModelSlot::Absent {
                     open_brace,
                     empty: false,
                 })
             }
-            _ => return Err(s.malformed()),
+            _ => return Err(RewriteError::Malformed(at)),
         }
     }
 }
 
 /// Whether a raw key (quotes included) names `model`, escapes decoded.
-fn key_is_model(raw: &[u8], escaped: bool) -> bool {
-    if !escaped {
+fn key_is_model(raw: &[u8]) -> bool {
+    if !raw.contains(&b'\\') {
         return raw == b"\"model\"";
     }
     // Five characters, each at most a six-byte `\uXXXX`, plus the quotes.
@@ -227,132 +262,6 @@ fn push_json_string(out: &mut Vec<u8>, s: &str) {
     }
     out.extend_from_slice(&bytes[plain_from..]);
     out.push(b'"');
-}
-
-/// A cursor over JSON bytes that skips values without building them.
-struct Scanner<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-impl Scanner<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.b.get(self.i).copied()
-    }
-
-    fn malformed(&self) -> RewriteError {
-        RewriteError::Malformed(self.i)
-    }
-
-    fn skip_ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
-            self.i += 1;
-        }
-    }
-
-    fn expect(&mut self, c: u8) -> Result<(), RewriteError> {
-        if self.peek() == Some(c) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err(self.malformed())
-        }
-    }
-
-    /// Skips the string whose opening quote is at the cursor; tells whether
-    /// it held an escape.
-    fn string(&mut self) -> Result<bool, RewriteError> {
-        let mut j = self.i + 1;
-        let mut escaped = false;
-        loop {
-            let Some(rest) = self.b.get(j..) else {
-                return Err(RewriteError::Malformed(self.b.len()));
-            };
-            let Some(k) = find_quote_or_backslash(rest) else {
-                return Err(RewriteError::Malformed(self.b.len()));
-            };
-            let at = j + k;
-            if self.b[at] == b'"' {
-                self.i = at + 1;
-                return Ok(escaped);
-            }
-            // A backslash escapes the next byte; `\uXXXX` needs no special
-            // case because its hex digits are neither `"` nor `\`.
-            escaped = true;
-            j = at + 2;
-        }
-    }
-
-    /// Skips one value of any type at the cursor.
-    fn value(&mut self) -> Result<(), RewriteError> {
-        match self.peek() {
-            Some(b'"') => self.string().map(|_| ()),
-            Some(b'{' | b'[') => self.container(),
-            Some(b',' | b'}' | b']' | b':') | None => Err(self.malformed()),
-            Some(_) => {
-                // A number or a literal: up to the next delimiter.
-                while let Some(c) = self.peek() {
-                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
-                        break;
-                    }
-                    self.i += 1;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Skips the object or array opening at the cursor, nested ones included.
-    fn container(&mut self) -> Result<(), RewriteError> {
-        let mut depth = 0usize;
-        while let Some(c) = self.peek() {
-            match c {
-                b'"' => {
-                    self.string()?;
-                    continue;
-                }
-                b'{' | b'[' => depth += 1,
-                b'}' | b']' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        self.i += 1;
-                        return Ok(());
-                    }
-                }
-                _ => {}
-            }
-            self.i += 1;
-        }
-        Err(RewriteError::Malformed(self.b.len()))
-    }
-}
-
-/// Index of the first `"` or `\` in `s`, eight bytes at a time.
-fn find_quote_or_backslash(s: &[u8]) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    const QUOTES: u64 = LO * b'"' as u64;
-    const BACKSLASHES: u64 = LO * b'\\' as u64;
-    // Nonzero iff `w` has a zero byte; its lowest set bit marks the first one.
-    let zero_bytes = |w: u64| w.wrapping_sub(LO) & !w & HI;
-
-    let mut chunks = s.chunks_exact(8);
-    let mut offset = 0;
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(word);
-        let hits = zero_bytes(w ^ QUOTES) | zero_bytes(w ^ BACKSLASHES);
-        if hits != 0 {
-            return Some(offset + (hits.trailing_zeros() / 8) as usize);
-        }
-        offset += 8;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\')
-        .map(|p| offset + p)
 }
 
 #[cfg(test)]
@@ -538,6 +447,34 @@ mod tests {
             "\n{\"model\":\"m\", \"a\":1 }"
         );
         assert_eq!(model_value_span(br#"{"a":1}"#).unwrap(), None);
+    }
+
+    #[test]
+    fn splicing_at_the_parsed_slot_equals_scanning_for_it() {
+        for body in [
+            &br#"{"model":"alias","messages":[{"model":"inner"}]}"#[..],
+            br#" { "messages":[], "model" : "alias" } "#,
+            br#"{"m\u006fdel":"alias","x":1}"#,
+            br#"{"a":1}"#,
+            b" {\n} ",
+            br#"{"model":"backend"}"#,
+        ] {
+            let bytes = Bytes::copy_from_slice(body);
+            let view = crate::extract::parse_json(body).unwrap();
+            let slot = view.model_slot.clone().unwrap();
+            assert_eq!(
+                locate(body).unwrap(),
+                slot,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            let parts = splice_parts(&bytes, &slot, "backend").map(|p| p.concat());
+            assert_eq!(parts, splice_model(body, "backend").unwrap());
+            if let Some(parts) = splice_parts(&bytes, &slot, "backend") {
+                // The body itself is not copied: the pieces point into it.
+                assert_eq!(parts[0].as_ptr(), bytes.as_ptr());
+            }
+        }
     }
 
     #[test]
@@ -760,7 +697,7 @@ mod tests {
         #[test]
         fn finder_matches_a_naive_search(s in prop::collection::vec(prop_oneof![Just(b'"'), Just(b'\\'), any::<u8>()], 0..40)) {
             let naive = s.iter().position(|&b| b == b'"' || b == b'\\');
-            prop_assert_eq!(find_quote_or_backslash(&s), naive);
+            prop_assert_eq!(scan::find_quote_or_backslash(&s, 0), naive);
         }
 
         #[test]

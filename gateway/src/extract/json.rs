@@ -1,14 +1,39 @@
 //! A borrowed view of the JSON body fields the gateway routes on.
+//!
+//! The body is walked member by member at the top level only: the members
+//! routing reads are decoded, every other value (the `messages` of a 1 MiB
+//! chat, say) is skipped by its brackets and strings at vector speed
+//! without being parsed. What the gateway does not read it does not
+//! validate either: a misspelt number deep in `messages` reaches the engine,
+//! which answers it as it would without a gateway. The whole body must
+//! still be UTF-8 and a single JSON object, so framing errors are caught
+//! here, with their line and column.
 
 use std::borrow::Cow;
-use std::fmt;
+use std::ops::Range;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use flexinfer_jsonscan::{self as scan, ScanError};
 
 use super::validate_model_name;
 use crate::errors::ApiError;
+use crate::rewrite::ModelSlot;
+
+/// The text of a JSON value as it appears in the body; checked only for
+/// balanced brackets and closed strings, so its readers must parse it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawJson<'a>(&'a str);
+
+impl<'a> RawJson<'a> {
+    /// Wraps JSON text.
+    pub fn new(text: &'a str) -> Self {
+        RawJson(text)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &'a str {
+        self.0
+    }
+}
 
 /// The fields of a JSON request body that routing needs, parsed once.
 ///
@@ -30,25 +55,29 @@ pub struct JsonView<'a> {
     /// The legacy `prefix` routing hint, when a string.
     pub prefix: Option<Cow<'a, str>>,
     /// `messages`, raw.
-    pub messages: Option<&'a RawValue>,
+    pub messages: Option<RawJson<'a>>,
     /// `prompt`, raw.
-    pub prompt: Option<&'a RawValue>,
+    pub prompt: Option<RawJson<'a>>,
     /// `document_context`, else `documentContext`, else `context`, when a string.
     pub document_context: Option<Cow<'a, str>>,
     /// `documents`, raw.
-    pub documents: Option<&'a RawValue>,
+    pub documents: Option<RawJson<'a>>,
+    /// Where the top-level `model` value is in the body, or where one
+    /// would go: what the rewrite splices at.
+    pub model_slot: Option<ModelSlot>,
 }
 
 /// Parses a JSON request body into a [`JsonView`].
 ///
-/// Errors are 400s a client can act on: invalid JSON (with serde's line and
-/// column) or invalid UTF-8 anywhere in the body, a body that is not a JSON
-/// object, and an `invalid_field_value`
-/// on `model` when it is not a string, appears twice at the top level (the
-/// gateway and the backend could then read different values), or fails
-/// [`validate_model_name`].
+/// Errors are 400s a client can act on: a body that is not UTF-8, not a
+/// single JSON object, or whose object structure breaks (with the line and
+/// column), and an `invalid_field_value` on `model` when it is not a
+/// string, appears twice at the top level (the gateway and the backend
+/// could then read different values), or fails [`validate_model_name`].
+/// The values of other members are not validated (see the module docs).
 pub fn parse_json(body: &[u8]) -> Result<JsonView<'_>, ApiError> {
-    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+    let open_brace = scan::skip_ws(body, 0);
+    match body.get(open_brace) {
         None => {
             return Err(ApiError::bad_request(
                 "Invalid JSON body: the body is empty",
@@ -61,51 +90,129 @@ pub fn parse_json(body: &[u8]) -> Result<JsonView<'_>, ApiError> {
             ))
         }
     }
-    // serde_json does not check the UTF-8 of strings it skips; the body is
-    // forwarded as it is, so all of it must be valid.
-    let text = std::str::from_utf8(body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "Invalid JSON body: invalid UTF-8 at byte {}",
-            e.valid_up_to()
-        ))
-    })?;
-    let raw: RawFields<'_> = serde_json::from_str(text)
-        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))?;
-    raw.into_view()
+    // The body is forwarded as it is, so all of it must be valid.
+    let text = utf8(body)?;
+    let mut raw = RawFields::default();
+    let end = scan::object_members(body, open_brace, |key, at| raw.member(body, key, at))
+        .map_err(|e| invalid_json(body, &e))?;
+    let trailing = scan::skip_ws(body, end);
+    if trailing < body.len() {
+        return Err(invalid_json_at(body, "trailing characters", trailing));
+    }
+    let slot = match raw.model.clone() {
+        Some(span) => ModelSlot::Value(span),
+        None => ModelSlot::Absent {
+            open_brace,
+            empty: body.get(scan::skip_ws(body, open_brace + 1)) == Some(&b'}'),
+        },
+    };
+    let mut view = raw.into_view(text)?;
+    view.model_slot = Some(slot);
+    Ok(view)
 }
 
-/// Top-level members as raw JSON, before their types are checked.
+/// The body as text, or a 400 naming the first invalid byte.
+fn utf8(body: &[u8]) -> Result<&str, ApiError> {
+    match simdutf8::basic::from_utf8(body) {
+        Ok(text) => Ok(text),
+        Err(_) => {
+            let at = std::str::from_utf8(body).map_or_else(|e| e.valid_up_to(), |_| 0);
+            Err(ApiError::bad_request(format!(
+                "Invalid JSON body: invalid UTF-8 at byte {at}"
+            )))
+        }
+    }
+}
+
+/// A 400 for a body whose structure broke where `e` says.
+fn invalid_json(body: &[u8], e: &ScanError) -> ApiError {
+    invalid_json_at(body, &format!("expected {}", e.expected), e.offset)
+}
+
+/// A 400 saying `what` at the line and column of byte `offset`.
+fn invalid_json_at(body: &[u8], what: &str, offset: usize) -> ApiError {
+    let before = body.get(..offset).unwrap_or(body);
+    let line = 1 + memchr::memchr_iter(b'\n', before).count();
+    let column = 1 + before.len() - memchr::memrchr(b'\n', before).map_or(0, |nl| nl + 1);
+    ApiError::bad_request(format!(
+        "Invalid JSON body: {what} at line {line} column {column}"
+    ))
+}
+
+/// Top-level members routing reads, as byte spans of the body, before their
+/// types are checked.
 #[derive(Default)]
-struct RawFields<'a> {
-    model: Option<&'a RawValue>,
+struct RawFields {
+    model: Option<Range<usize>>,
     model_repeated: bool,
-    stream: Option<&'a RawValue>,
-    session_id: Option<&'a RawValue>,
-    cache_key: Option<&'a RawValue>,
-    cache_key_camel: Option<&'a RawValue>,
-    prefix: Option<&'a RawValue>,
-    messages: Option<&'a RawValue>,
-    prompt: Option<&'a RawValue>,
-    document_context: Option<&'a RawValue>,
-    document_context_camel: Option<&'a RawValue>,
-    context: Option<&'a RawValue>,
-    documents: Option<&'a RawValue>,
+    stream: Option<Range<usize>>,
+    session_id: Option<Range<usize>>,
+    cache_key: Option<Range<usize>>,
+    cache_key_camel: Option<Range<usize>>,
+    prefix: Option<Range<usize>>,
+    messages: Option<Range<usize>>,
+    prompt: Option<Range<usize>>,
+    document_context: Option<Range<usize>>,
+    document_context_camel: Option<Range<usize>>,
+    context: Option<Range<usize>>,
+    documents: Option<Range<usize>>,
 }
 
-impl<'a> RawFields<'a> {
-    fn into_view(self) -> Result<JsonView<'a>, ApiError> {
+impl RawFields {
+    /// Records the member `key` whose value starts at `at`; returns where
+    /// the value ends. Later duplicates win, as in most JSON parsers a
+    /// backend would use, except for `model`: the first is kept (it is the
+    /// one a rewrite replaces) and a second is an error.
+    fn member(&mut self, body: &[u8], key: &[u8], at: usize) -> Result<usize, ScanError> {
+        let end = scan::value_end(body, at)?;
+        let key = if key.contains(&b'\\') {
+            scan::decode_key(key).map_err(|e| scan::error(e.expected, at))?
+        } else {
+            // UTF-8 was checked for the whole body; a key that is not text
+            // matches no field anyway.
+            Cow::Borrowed(std::str::from_utf8(key).unwrap_or_default())
+        };
+        let slot = match key.as_ref() {
+            "model" if self.model.is_some() => {
+                self.model_repeated = true;
+                return Ok(end);
+            }
+            "model" => &mut self.model,
+            "stream" => &mut self.stream,
+            "session_id" => &mut self.session_id,
+            "cache_key" => &mut self.cache_key,
+            "cacheKey" => &mut self.cache_key_camel,
+            "prefix" => &mut self.prefix,
+            "messages" => &mut self.messages,
+            "prompt" => &mut self.prompt,
+            "document_context" => &mut self.document_context,
+            "documentContext" => &mut self.document_context_camel,
+            "context" => &mut self.context,
+            "documents" => &mut self.documents,
+            _ => return Ok(end),
+        };
+        *slot = Some(at..end);
+        Ok(end)
+    }
+
+    fn into_view(self, text: &str) -> Result<JsonView<'_>, ApiError> {
         if self.model_repeated {
             return Err(ApiError::invalid_field(
                 "model",
                 "the top-level 'model' key must appear only once",
             ));
         }
-        let model = match self.model {
+        let string = |span: &Option<Range<usize>>| span.clone().and_then(|s| string_at(text, s));
+        let raw = |span: Option<Range<usize>>| span.and_then(|s| text.get(s)).map(RawJson);
+        let model = match &self.model {
             None => None,
-            Some(raw) => match raw_str(raw) {
-                None => return Err(ApiError::invalid_field("model", "must be a string")),
-                Some(m) if m.is_empty() => None,
-                Some(m) => {
+            Some(span) if text.as_bytes().get(span.start) != Some(&b'"') => {
+                return Err(ApiError::invalid_field("model", "must be a string"))
+            }
+            Some(span) => match scan::string_value(text.as_bytes(), span.start, span.end) {
+                Err(e) => return Err(invalid_json(text.as_bytes(), &e)),
+                Ok(m) if m.is_empty() => None,
+                Ok(m) => {
                     validate_model_name(&m)?;
                     Some(m)
                 }
@@ -113,137 +220,32 @@ impl<'a> RawFields<'a> {
         };
         Ok(JsonView {
             model,
-            stream: self.stream.and_then(|r| match r.get().trim() {
-                "true" => Some(true),
-                "false" => Some(false),
+            stream: match self.stream.and_then(|s| text.get(s)) {
+                Some("true") => Some(true),
+                Some("false") => Some(false),
                 _ => None,
-            }),
-            session_id: self.session_id.and_then(raw_str),
-            cache_key: self
-                .cache_key
-                .and_then(raw_str)
-                .or_else(|| self.cache_key_camel.and_then(raw_str)),
-            prefix: self.prefix.and_then(raw_str),
-            messages: self.messages,
-            prompt: self.prompt,
-            document_context: self
-                .document_context
-                .and_then(raw_str)
-                .or_else(|| self.document_context_camel.and_then(raw_str))
-                .or_else(|| self.context.and_then(raw_str)),
-            documents: self.documents,
+            },
+            session_id: string(&self.session_id),
+            cache_key: string(&self.cache_key).or_else(|| string(&self.cache_key_camel)),
+            prefix: string(&self.prefix),
+            messages: raw(self.messages),
+            prompt: raw(self.prompt),
+            document_context: string(&self.document_context)
+                .or_else(|| string(&self.document_context_camel))
+                .or_else(|| string(&self.context)),
+            documents: raw(self.documents),
+            model_slot: None,
         })
     }
 }
 
-/// The string a raw JSON value holds, borrowed when it has no escapes;
-/// `None` when the value is not a string.
-fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    let text = raw.get().trim();
-    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
-    if inner.contains('\\') {
-        serde_json::from_str::<String>(text).ok().map(Cow::Owned)
-    } else {
-        Some(Cow::Borrowed(inner))
+/// The string at `span` of `text`, borrowed when it has no escapes; `None`
+/// when the value is not a string or its escapes are invalid.
+fn string_at(text: &str, span: Range<usize>) -> Option<Cow<'_, str>> {
+    if text.as_bytes().get(span.start) != Some(&b'"') {
+        return None;
     }
-}
-
-/// Top-level keys the view cares about.
-enum Field {
-    Model,
-    Stream,
-    SessionId,
-    CacheKey,
-    CacheKeyCamel,
-    Prefix,
-    Messages,
-    Prompt,
-    DocumentContext,
-    DocumentContextCamel,
-    Context,
-    Documents,
-    Other,
-}
-
-impl<'de> Deserialize<'de> for Field {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FieldVisitor;
-
-        impl Visitor<'_> for FieldVisitor {
-            type Value = Field;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object key")
-            }
-
-            fn visit_str<E: de::Error>(self, key: &str) -> Result<Field, E> {
-                Ok(match key {
-                    "model" => Field::Model,
-                    "stream" => Field::Stream,
-                    "session_id" => Field::SessionId,
-                    "cache_key" => Field::CacheKey,
-                    "cacheKey" => Field::CacheKeyCamel,
-                    "prefix" => Field::Prefix,
-                    "messages" => Field::Messages,
-                    "prompt" => Field::Prompt,
-                    "document_context" => Field::DocumentContext,
-                    "documentContext" => Field::DocumentContextCamel,
-                    "context" => Field::Context,
-                    "documents" => Field::Documents,
-                    _ => Field::Other,
-                })
-            }
-        }
-
-        deserializer.deserialize_identifier(FieldVisitor)
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for RawFields<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ObjectVisitor<'a>(std::marker::PhantomData<&'a ()>);
-
-        impl<'de: 'a, 'a> Visitor<'de> for ObjectVisitor<'a> {
-            type Value = RawFields<'a>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFields<'a>, A::Error> {
-                let mut out = RawFields::default();
-                while let Some(key) = map.next_key::<Field>()? {
-                    // Later duplicates win, as in most JSON parsers a backend
-                    // would use; `model` duplicates are rejected instead.
-                    let slot = match key {
-                        Field::Model => {
-                            out.model_repeated |= out.model.is_some();
-                            &mut out.model
-                        }
-                        Field::Stream => &mut out.stream,
-                        Field::SessionId => &mut out.session_id,
-                        Field::CacheKey => &mut out.cache_key,
-                        Field::CacheKeyCamel => &mut out.cache_key_camel,
-                        Field::Prefix => &mut out.prefix,
-                        Field::Messages => &mut out.messages,
-                        Field::Prompt => &mut out.prompt,
-                        Field::DocumentContext => &mut out.document_context,
-                        Field::DocumentContextCamel => &mut out.document_context_camel,
-                        Field::Context => &mut out.context,
-                        Field::Documents => &mut out.documents,
-                        Field::Other => {
-                            map.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                    };
-                    *slot = Some(map.next_value::<&'de RawValue>()?);
-                }
-                Ok(out)
-            }
-        }
-
-        deserializer.deserialize_map(ObjectVisitor(std::marker::PhantomData))
-    }
+    scan::string_value(text.as_bytes(), span.start, span.end).ok()
 }
 
 #[cfg(test)]

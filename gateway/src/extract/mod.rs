@@ -30,7 +30,7 @@ use http::{HeaderMap, Method};
 
 use crate::errors::ApiError;
 
-pub use json::{parse_json, JsonView};
+pub use json::{parse_json, JsonView, RawJson};
 pub use multipart::multipart_model;
 
 /// Header that names the model explicitly; it beats every other source.

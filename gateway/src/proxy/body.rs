@@ -24,12 +24,25 @@ pub(super) async fn read_body(session: &mut Session, limit: usize) -> Result<Byt
         let _ = session.write_continue_response().await;
     }
     session.as_mut().enable_retry_buffering();
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    // A body that arrives in one chunk is kept as it came; only one in
+    // several chunks is copied together.
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
+    let mut total = 0;
     loop {
         match session.read_request_body().await {
             Ok(Some(chunk)) => {
-                if buf.len() + chunk.len() > limit {
+                total += chunk.len();
+                if total > limit {
                     return Err(ApiError::body_too_large(limit));
+                }
+                if first.is_none() && buf.is_empty() {
+                    first = Some(chunk);
+                    continue;
+                }
+                if let Some(head) = first.take() {
+                    buf.reserve(declared.unwrap_or(0).clamp(total, limit));
+                    buf.extend_from_slice(&head);
                 }
                 buf.extend_from_slice(&chunk);
             }
@@ -45,7 +58,7 @@ pub(super) async fn read_body(session: &mut Session, limit: usize) -> Result<Byt
             }
         }
     }
-    Ok(buf.freeze())
+    Ok(first.unwrap_or_else(|| buf.freeze()))
 }
 
 /// The body length the client announced in `Content-Length`.

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use http::header;
 use pingora_core::protocols::http::HttpTask;
 use pingora_error::Result;
@@ -21,7 +20,7 @@ use pingora_proxy::Session;
 
 use super::context::RequestCtx;
 use super::failover::{FailoverGate, Relayed, SUBREQUEST_DRAIN_TIMEOUT};
-use super::plan::ForwardPlan;
+use super::plan::{ForwardPlan, PlannedBody};
 use super::respond::reject;
 use super::upstream::classify_upstream_error;
 use super::Gateway;
@@ -117,7 +116,7 @@ impl Gateway {
         let input = if body.is_empty() {
             InputBody::NoBody
         } else {
-            InputBody::Bytes(vec![body])
+            InputBody::Bytes(body.parts())
         };
         let mut result = pipe_subrequest(
             session,
@@ -228,7 +227,7 @@ impl Gateway {
         };
         // The subrequest's header is a copy of the client's; frame the
         // preset (possibly rewritten) body by its real length.
-        let len = plan.body.as_ref().map_or(0, Bytes::len);
+        let len = plan.body.as_ref().map_or(0, PlannedBody::len);
         let header = session.req_header_mut();
         header.remove_header(&header::TRANSFER_ENCODING);
         // The client's `Expect: 100-continue` was answered when the body

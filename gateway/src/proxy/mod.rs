@@ -262,7 +262,7 @@ impl ProxyHttp for Gateway {
             // `forward_buffered`). Pingora replays its own copy of it, on
             // every attempt; the upstream gets the body as planned, possibly
             // rewritten, whole with the end of the stream.
-            *body = (end_of_stream && !read.is_empty()).then(|| read.clone());
+            *body = (end_of_stream && !read.is_empty()).then(|| read.contiguous());
         } else if let Some(b) = body {
             ctx.request_bytes += b.len() as u64;
             self.enforce_body_limit(ctx)?;

@@ -30,7 +30,7 @@ pub struct ForwardPlan {
     /// prefix.
     pub(super) forward_path: Option<String>,
     /// The body as it goes upstream (rewritten), when the gateway read it.
-    pub(super) body: Option<Bytes>,
+    pub(super) body: Option<PlannedBody>,
     pub(super) request_id: Arc<str>,
     /// Global mode, buffered requests: endpoints (bit per index) tried by
     /// every subrequest of this request, so that a failover subrequest
@@ -133,7 +133,7 @@ impl Gateway {
         let strategy = self.strategy(&resolved);
         let (routing_key, key_source) =
             self.routing_key(strategy, &session.req_header().headers, json.as_ref());
-        let rewritten = rewritten_body(body.as_ref(), json.as_ref(), &resolved)?;
+        let rewritten = rewritten_body(body.as_ref(), json.as_ref(), &resolved);
         drop(json);
         Ok(ForwardPlan {
             resolved,
@@ -141,7 +141,7 @@ impl Gateway {
             routing_key,
             key_source,
             forward_path: head.forward_path,
-            body: rewritten.or(body),
+            body: rewritten.or_else(|| body.map(PlannedBody::from)),
             request_id: ctx.request_id.clone().unwrap_or_else(|| Arc::from("")),
             tried_mask: None,
             _active: active,
@@ -271,19 +271,61 @@ async fn requested_model(
     Ok(requested)
 }
 
-/// The JSON body with `model` rewritten to the name the backend serves, when
-/// it differs.
+/// The JSON body with `model` set to the name the backend serves, when it
+/// differs: slices of the body around the new value.
 fn rewritten_body(
     body: Option<&Bytes>,
     json: Option<&JsonView<'_>>,
     resolved: &Resolved,
-) -> Result<Option<Bytes>, ApiError> {
-    match (body, json) {
-        (Some(b), Some(view)) if view.model.as_deref() != Some(&*resolved.upstream_model) => {
-            rewrite::rewrite_model(b, &resolved.upstream_model)
-                .map(Some)
-                .map_err(|e| ApiError::bad_request(e.to_string()))
+) -> Option<PlannedBody> {
+    let (body, view) = (body?, json?);
+    if view.model.as_deref() == Some(&*resolved.upstream_model) {
+        return None;
+    }
+    let slot = view.model_slot.as_ref()?;
+    rewrite::splice_parts(body, slot, &resolved.upstream_model).map(PlannedBody::from_parts)
+}
+
+/// A request body as it goes upstream: the client's, or slices of it around
+/// a rewritten `model`.
+#[derive(Clone, Debug, Default)]
+pub struct PlannedBody {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl PlannedBody {
+    fn from_parts(parts: Vec<Bytes>) -> Self {
+        let len = parts.iter().map(Bytes::len).sum();
+        Self { parts, len }
+    }
+
+    /// Its length in bytes.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no byte.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The body in one piece (copied together when it is in several).
+    pub(super) fn contiguous(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [one] => one.clone(),
+            parts => Bytes::from(parts.concat()),
         }
-        _ => Ok(None),
+    }
+
+    /// The pieces, for writers that take several.
+    pub(super) fn parts(&self) -> Vec<Bytes> {
+        self.parts.clone()
+    }
+}
+
+impl From<Bytes> for PlannedBody {
+    fn from(body: Bytes) -> Self {
+        Self::from_parts(vec![body])
     }
 }

@@ -3,8 +3,8 @@
 
 use std::borrow::Cow;
 
+use crate::extract::RawJson;
 use http::{HeaderMap, HeaderName};
-use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use super::messages::{first_document, walk_messages, walk_prompt, Flow, MessageHandler, Role};
@@ -85,9 +85,9 @@ pub struct RoutingInputs<'a> {
     pub prefix: Option<&'a str>,
     /// Body `messages` of a chat request, left unparsed so that only the few
     /// messages a key needs are ever read.
-    pub messages: Option<&'a RawValue>,
+    pub messages: Option<RawJson<'a>>,
     /// Body `prompt` of a completion request, unparsed.
-    pub prompt: Option<&'a RawValue>,
+    pub prompt: Option<RawJson<'a>>,
     /// Document context: body `document_context`, `documentContext` or
     /// `context`, else the `content`, `text` or `value` of `documents[0]`
     /// (see [`document_text`]).
@@ -99,7 +99,7 @@ pub struct RoutingInputs<'a> {
 /// [`RoutingInputs::document_context`] when the body has no direct document
 /// field. Reads only the first element; borrowed unless it has escapes;
 /// `None` for any other shape.
-pub fn document_text(documents: &RawValue) -> Option<Cow<'_, str>> {
+pub fn document_text(documents: RawJson<'_>) -> Option<Cow<'_, str>> {
     first_document(documents)
 }
 
@@ -464,8 +464,8 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn raw(json: &str) -> Box<RawValue> {
-        RawValue::from_string(json.to_owned()).unwrap()
+    fn raw(json: &str) -> RawJson<'static> {
+        RawJson::new(Box::leak(json.to_owned().into_boxed_str()))
     }
 
     fn headers(pairs: &[(&HeaderName, &str)]) -> HeaderMap {
@@ -480,7 +480,7 @@ mod tests {
         session_key(h, body)
     }
 
-    fn chat(messages: &RawValue) -> RoutingInputs<'_> {
+    fn chat(messages: RawJson<'_>) -> RoutingInputs<'_> {
         RoutingInputs {
             messages: Some(messages),
             ..RoutingInputs::default()
@@ -489,7 +489,7 @@ mod tests {
 
     fn canonical(messages: &str) -> Option<(String, KeySource)> {
         let messages = raw(messages);
-        prefix_key(&HeaderMap::new(), &chat(&messages))
+        prefix_key(&HeaderMap::new(), &chat(messages))
     }
 
     #[test]
@@ -517,7 +517,7 @@ mod tests {
         let messages = raw(r#"[{"role":"user","content":"hi"}]"#);
         let body = RoutingInputs {
             session_id: Some("body-id"),
-            messages: Some(&messages),
+            messages: Some(messages),
             ..RoutingInputs::default()
         };
         let both = headers(&[
@@ -572,7 +572,7 @@ mod tests {
     fn message_hash_is_deterministic_and_form_independent() {
         let key = |json: &str| {
             let messages = raw(json);
-            session_of(&HeaderMap::new(), &chat(&messages)).map(|(k, _)| k)
+            session_of(&HeaderMap::new(), &chat(messages)).map(|(k, _)| k)
         };
         let plain = key(
             r#"[{"role":"system","content":"Be terse."},{"role":"user","content":"Hello there"}]"#,
@@ -624,7 +624,7 @@ mod tests {
                    {{"role":"user","content":7}}, "not even a message"]"#
             );
             let messages = raw(&json);
-            session_of(&HeaderMap::new(), &chat(&messages)).map(|(k, _)| k)
+            session_of(&HeaderMap::new(), &chat(messages)).map(|(k, _)| k)
         };
         assert!(conversation("6").is_some());
         assert_eq!(conversation("6"), conversation("something else"));
@@ -638,7 +638,7 @@ mod tests {
                 "a".repeat(SESSION_HASH_MESSAGE_BYTES)
             );
             let messages = raw(&json);
-            session_of(&HeaderMap::new(), &chat(&messages)).map(|(k, _)| k)
+            session_of(&HeaderMap::new(), &chat(messages)).map(|(k, _)| k)
         };
         assert_eq!(key("x"), key("y"));
     }
@@ -656,7 +656,7 @@ mod tests {
         ] {
             let messages = raw(json);
             assert_eq!(
-                session_of(&HeaderMap::new(), &chat(&messages)),
+                session_of(&HeaderMap::new(), &chat(messages)),
                 None,
                 "{json}"
             );
@@ -672,7 +672,7 @@ mod tests {
             session_id: Some("sess"),
             cache_key: Some("tenant-a/doc-1"),
             prefix: Some("Legacy Prefix"),
-            messages: Some(&messages),
+            messages: Some(messages),
             ..RoutingInputs::default()
         };
         let h = headers(&[(&CACHE_KEY_HEADER, "Tenant-A/Doc-1")]);
@@ -703,7 +703,7 @@ mod tests {
 
         let blank = raw(r#"[{"role":"system","content":"  "},{"role":"user","content":"hi"}]"#);
         let body = RoutingInputs {
-            messages: Some(&blank),
+            messages: Some(blank),
             ..body
         };
         assert_eq!(
@@ -831,7 +831,7 @@ mod tests {
         let key = |doc: Option<&str>| {
             let body = RoutingInputs {
                 document_context: doc,
-                ..chat(&messages)
+                ..chat(messages)
             };
             prefix_key(&HeaderMap::new(), &body)
         };
@@ -848,7 +848,7 @@ mod tests {
         let no_system = raw(r#"[{"role":"user","content":"q"}]"#);
         let body = RoutingInputs {
             document_context: Some("Quarterly report"),
-            ..chat(&no_system)
+            ..chat(no_system)
         };
         let (doc_only, source) = prefix_key(&HeaderMap::new(), &body).unwrap();
         assert_eq!(source, KeySource::Canonical);
@@ -906,7 +906,7 @@ mod tests {
         let key = |prompt: &str| {
             let prompt = raw(prompt);
             let body = RoutingInputs {
-                prompt: Some(&prompt),
+                prompt: Some(prompt),
                 ..RoutingInputs::default()
             };
             prefix_key(&HeaderMap::new(), &body)
@@ -930,8 +930,8 @@ mod tests {
         let h = headers(&[(&CACHE_KEY_HEADER, "k1")]);
         let garbage = raw(r#"{"not":"messages"}"#);
         let body = RoutingInputs {
-            messages: Some(&garbage),
-            prompt: Some(&garbage),
+            messages: Some(garbage),
+            prompt: Some(garbage),
             ..RoutingInputs::default()
         };
         assert_eq!(prefix_key(&h, &body).unwrap().1, KeySource::ExplicitHeader);
@@ -965,13 +965,12 @@ mod tests {
             deep.as_str(),
         ];
         for json in cases {
-            // Some are not valid JSON for serde_json (lone surrogate): skip those.
-            let Ok(value) = RawValue::from_string(json.to_owned()) else {
-                continue;
-            };
+            // Some are not valid JSON for serde_json (lone surrogate): the
+            // walk must cope with those too.
+            let value = raw(json);
             let body = RoutingInputs {
-                messages: Some(&value),
-                prompt: Some(&value),
+                messages: Some(value),
+                prompt: Some(value),
                 ..RoutingInputs::default()
             };
             let session = session_key(&HeaderMap::new(), &body);
@@ -1029,8 +1028,8 @@ mod tests {
                 cache_key in prop::option::of(".{0,12}"),
                 document in prop::option::of(".{0,40}"),
             ) {
-                let messages = RawValue::from_string(messages.to_string()).unwrap();
-                let prompt = RawValue::from_string(prompt.to_string()).unwrap();
+                let messages = raw(&messages.to_string());
+                let prompt = raw(&prompt.to_string());
                 let mut h = HeaderMap::new();
                 if let Ok(value) = HeaderValue::from_str(&header) {
                     h.insert(CACHE_KEY_HEADER.clone(), value.clone());
@@ -1039,8 +1038,8 @@ mod tests {
                 let body = RoutingInputs {
                     session_id: session_id.as_deref(),
                     cache_key: cache_key.as_deref(),
-                    messages: Some(&messages),
-                    prompt: Some(&prompt),
+                    messages: Some(messages),
+                    prompt: Some(prompt),
                     document_context: document.as_deref(),
                     ..RoutingInputs::default()
                 };
@@ -1071,11 +1070,11 @@ mod tests {
                         serde_json::json!({"content": parts, "role": "user"})
                     })
                     .collect();
-                let a = RawValue::from_string(Value::from(as_strings).to_string()).unwrap();
-                let b = RawValue::from_string(Value::from(as_parts).to_string()).unwrap();
+                let a = raw(&Value::from(as_strings).to_string());
+                let b = raw(&Value::from(as_parts).to_string());
                 let none = HeaderMap::new();
-                prop_assert_eq!(session_key(&none, &chat(&a)), session_key(&none, &chat(&b)));
-                prop_assert_eq!(prefix_key(&none, &chat(&a)), prefix_key(&none, &chat(&b)));
+                prop_assert_eq!(session_key(&none, &chat(a)), session_key(&none, &chat(b)));
+                prop_assert_eq!(prefix_key(&none, &chat(a)), prefix_key(&none, &chat(b)));
             }
         }
     }

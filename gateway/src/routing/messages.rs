@@ -9,7 +9,8 @@ use std::fmt;
 use serde::de::{
     self, DeserializeSeed, Deserializer as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
 };
-use serde_json::value::RawValue;
+
+use crate::extract::RawJson;
 
 /// The part of a message's role that key derivation cares about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +44,7 @@ pub(super) trait MessageHandler {
 
 /// Walks a chat `messages` array. Returns `false` when it is not an array of
 /// objects (the handler may have seen part of it; discard its state).
-pub(super) fn walk_messages<H: MessageHandler>(raw: &RawValue, handler: &mut H) -> bool {
+pub(super) fn walk_messages<H: MessageHandler>(raw: RawJson<'_>, handler: &mut H) -> bool {
     let mut stopped = false;
     let mut de = serde_json::Deserializer::from_str(raw.get());
     let result = de.deserialize_seq(MessagesVisitor {
@@ -58,7 +59,7 @@ pub(super) fn walk_messages<H: MessageHandler>(raw: &RawValue, handler: &mut H) 
 /// Passes the text of a completion `prompt` to `sink`: the string itself,
 /// or the first element of an array of strings. Token-id prompts have no
 /// text and give nothing. Returns `false` on anything else.
-pub(super) fn walk_prompt(raw: &RawValue, sink: &mut dyn FnMut(&str)) -> bool {
+pub(super) fn walk_prompt(raw: RawJson<'_>, sink: &mut dyn FnMut(&str)) -> bool {
     let mut stopped = false;
     let mut de = serde_json::Deserializer::from_str(raw.get());
     let result = de.deserialize_any(PromptVisitor {
@@ -71,7 +72,7 @@ pub(super) fn walk_prompt(raw: &RawValue, sink: &mut dyn FnMut(&str)) -> bool {
 /// The text of `documents[0]`: its `content`, `text` or `value` (first
 /// string found, in that order), or the element itself when it is a string.
 /// Borrowed from `raw` unless it contains escapes.
-pub(super) fn first_document(raw: &RawValue) -> Option<Cow<'_, str>> {
+pub(super) fn first_document(raw: RawJson<'_>) -> Option<Cow<'_, str>> {
     let mut found = None;
     let mut de = serde_json::Deserializer::from_str(raw.get());
     // Reading only the first element makes serde_json report the rest as an
@@ -508,8 +509,8 @@ mod tests {
         }
     }
 
-    fn raw(json: &str) -> Box<RawValue> {
-        RawValue::from_string(json.to_owned()).unwrap()
+    fn raw(json: &str) -> RawJson<'static> {
+        RawJson::new(Box::leak(json.to_owned().into_boxed_str()))
     }
 
     #[test]
@@ -527,7 +528,7 @@ mod tests {
             {"role":"developer","content":7}
         ]"#);
         let mut rec = Recorder::default();
-        assert!(walk_messages(&messages, &mut rec));
+        assert!(walk_messages(messages, &mut rec));
         assert_eq!(
             rec.events,
             [
@@ -554,7 +555,7 @@ mod tests {
             buffer_unknown_role: true,
             ..Recorder::default()
         };
-        assert!(walk_messages(&messages, &mut rec));
+        assert!(walk_messages(messages, &mut rec));
         assert_eq!(
             rec.events,
             [
@@ -576,9 +577,9 @@ mod tests {
             stop_after: Some(2),
             ..Recorder::default()
         };
-        assert!(walk_messages(&messages, &mut rec));
+        assert!(walk_messages(messages, &mut rec));
         let mut rec = Recorder::default();
-        assert!(!walk_messages(&messages, &mut rec));
+        assert!(!walk_messages(messages, &mut rec));
     }
 
     #[test]
@@ -592,10 +593,10 @@ mod tests {
             r#"[{"role":"user","content":"x"}, "y"]"#,
         ] {
             let mut rec = Recorder::default();
-            assert!(!walk_messages(&raw(json), &mut rec), "{json}");
+            assert!(!walk_messages(raw(json), &mut rec), "{json}");
         }
         let mut rec = Recorder::default();
-        assert!(walk_messages(&raw("[]"), &mut rec));
+        assert!(walk_messages(raw("[]"), &mut rec));
         assert!(rec.events.is_empty());
         // Deeply nested content is skipped, not followed.
         let deep = format!(
@@ -603,7 +604,7 @@ mod tests {
             "[".repeat(300) + &"]".repeat(300)
         );
         let mut rec = Recorder::default();
-        assert!(walk_messages(&raw(&deep), &mut rec));
+        assert!(walk_messages(raw(&deep), &mut rec));
         assert_eq!(rec.events, ["wants Some(User)", "end Some(User)"]);
     }
 
@@ -611,19 +612,19 @@ mod tests {
     fn prompt_string_array_and_tokens() {
         let mut seen = Vec::new();
         let mut sink = |t: &str| seen.push(t.to_owned());
-        assert!(walk_prompt(&raw(r#""once upon""#), &mut sink));
-        assert!(walk_prompt(&raw(r#"["first","second"]"#), &mut sink));
-        assert!(walk_prompt(&raw("[1,2,3]"), &mut sink));
-        assert!(walk_prompt(&raw("[[1,2],[3]]"), &mut sink));
-        assert!(walk_prompt(&raw("[]"), &mut sink));
-        assert!(!walk_prompt(&raw("{}"), &mut sink));
-        assert!(!walk_prompt(&raw("12"), &mut sink));
+        assert!(walk_prompt(raw(r#""once upon""#), &mut sink));
+        assert!(walk_prompt(raw(r#"["first","second"]"#), &mut sink));
+        assert!(walk_prompt(raw("[1,2,3]"), &mut sink));
+        assert!(walk_prompt(raw("[[1,2],[3]]"), &mut sink));
+        assert!(walk_prompt(raw("[]"), &mut sink));
+        assert!(!walk_prompt(raw("{}"), &mut sink));
+        assert!(!walk_prompt(raw("12"), &mut sink));
         assert_eq!(seen, ["once upon", "first"]);
     }
 
     #[test]
     fn first_document_prefers_content_then_text_then_value() {
-        let doc = |json: &str| first_document(&raw(json)).map(Cow::into_owned);
+        let doc = |json: &str| first_document(raw(json)).map(Cow::into_owned);
         assert_eq!(
             doc(r#"[{"value":"v","text":"t","content":"c"}]"#).as_deref(),
             Some("c")
@@ -653,7 +654,7 @@ mod tests {
         // No copy without escapes.
         let owner = raw(r#"[{"content":"borrowed"}]"#);
         assert!(matches!(
-            first_document(&owner),
+            first_document(owner),
             Some(Cow::Borrowed("borrowed"))
         ));
     }

@@ -15,7 +15,9 @@
 
 use std::sync::OnceLock;
 
-use super::{error, node_object, skip_ws, KnownMap, ScanError, ScannedNode};
+use flexinfer_jsonscan::{error, skip_ws};
+
+use super::{node_object, KnownMap, ScanError, ScannedNode};
 
 /// Smallest part worth a thread of its own.
 const MIN_PART_BYTES: usize = 512 * 1024;

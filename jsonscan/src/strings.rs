@@ -10,7 +10,7 @@ const SHORT: usize = 64;
 
 /// The offset of the first `"` or `\` at or after `from`.
 #[inline]
-pub(super) fn find_quote_or_backslash(bytes: &[u8], from: usize) -> Option<usize> {
+pub fn find_quote_or_backslash(bytes: &[u8], from: usize) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{
@@ -46,7 +46,7 @@ pub(super) fn find_quote_or_backslash(bytes: &[u8], from: usize) -> Option<usize
 /// `bytes` as text when they are ASCII without backslashes: the contents
 /// of a JSON string that need neither decoding nor a UTF-8 check.
 #[inline]
-pub(super) fn plain_ascii(bytes: &[u8]) -> Option<&str> {
+pub fn plain_ascii(bytes: &[u8]) -> Option<&str> {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{

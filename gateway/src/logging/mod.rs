@@ -1,9 +1,10 @@
 //! The gateway's log output: one line per request (the access log, at
 //! INFO) and whatever else happens, pretty or JSON, on stderr.
 //!
-//! Lines are handed to a writer thread ([`tracing_appender::non_blocking`]),
-//! so a slow terminal or log collector never stalls the request path; if
-//! its buffer is full, lines are dropped rather than requests delayed.
+//! Lines are gathered in a buffer that a writer thread writes out every
+//! 50 ms ([`batch`]), so the request path never waits for the terminal or
+//! log collector and wakes no thread per line; if too much is waiting,
+//! lines are dropped (and counted in the log) rather than requests delayed.
 //! Colour codes are written only to a terminal. Pingora's ERROR line for
 //! every client that gives up in the middle of a request header is left
 //! out: such clients are counted in
@@ -14,20 +15,23 @@ use std::io::IsTerminal;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata};
-use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::cli::LogFormat;
 
+pub mod batch;
+
+pub use batch::BatchGuard;
+
 /// Sets up logging; keep the guard until exit, so that the last lines are
 /// written.
-pub fn init(format: LogFormat, level: &str) -> WorkerGuard {
+pub fn init(format: LogFormat, level: &str) -> BatchGuard {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let (writer, guard) = batch::batch_writer(std::io::stderr());
     let ansi = std::io::stderr().is_terminal();
     let output = tracing_subscriber::fmt::layer()
         .with_writer(writer)
