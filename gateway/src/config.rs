@@ -176,6 +176,9 @@ pub struct ModelConfig {
     pub health_check: Option<String>,
     /// How to run the model locally, when the gateway runs it.
     pub local: Option<LocalProcess>,
+    /// The model's own bound on a cold start's wait (`coldStartTimeout`),
+    /// when it has one: queued requests wait at least this long.
+    pub cold_start_timeout: Option<Duration>,
 }
 
 /// A validated local model process.
@@ -378,6 +381,7 @@ impl ModelTable {
                 upstreams,
                 lora,
                 rate_limit: spec.rate_limit,
+                cold_start_timeout: local.as_ref().and_then(|l| l.cold_start_timeout),
                 local,
             });
         }

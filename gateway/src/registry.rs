@@ -203,7 +203,7 @@ fn build_route(
         },
         endpoints,
         limiter,
-        cold_start_timeout: model.local.as_ref().and_then(|l| l.cold_start_timeout),
+        cold_start_timeout: model.cold_start_timeout,
         paths: model.paths.clone(),
         health_check: model.health_check.clone(),
     }

@@ -152,6 +152,7 @@ pub fn model_table(config: &GlobalConfig, views: &[ClusterView]) -> ModelTable {
             paths: PathPolicy::Any,
             health_check: None,
             local: None,
+            cold_start_timeout: None,
         });
     }
     table

@@ -157,6 +157,7 @@ mod tests {
                 paths: Default::default(),
                 health_check: None,
                 local: None,
+                cold_start_timeout: None,
             }],
             ..ModelTable::default()
         }

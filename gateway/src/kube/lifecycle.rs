@@ -4,7 +4,11 @@
 //! Every method of [`ModelLifecycle`] here is a map lookup plus, at most, a
 //! message on a channel: no Kubernetes call and no lock is ever held by a
 //! request. Activation is single-flight per model (one patch however many
-//! requests queue), touches are throttled per model.
+//! requests queue), touches are throttled per model. A request counts as
+//! activity for as long as it runs: [`KubeLifecycle::keep_active`] touches
+//! models with requests in flight (a minutes-long answer is not scaled to
+//! zero under its client) and those whose last request ended after their
+//! last touch.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,6 +43,11 @@ struct Entry {
     target: ArcSwap<(Target, Duration)>,
     endpoints: AtomicU64,
     queued: AtomicU64,
+    /// Requests being served now.
+    in_flight: AtomicU64,
+    /// A request ended while touches were throttled: its end is still to
+    /// be recorded.
+    end_untouched: AtomicBool,
 }
 
 /// [`ModelLifecycle`] for models found in the cluster.
@@ -105,6 +114,8 @@ impl KubeLifecycle {
                     target: ArcSwap::from_pointee((m.target.clone(), m.cold_start)),
                     endpoints: AtomicU64::new(0),
                     queued: AtomicU64::new(0),
+                    in_flight: AtomicU64::new(0),
+                    end_untouched: AtomicBool::new(false),
                 }),
             };
             entry
@@ -152,6 +163,44 @@ impl KubeLifecycle {
         }
     }
 
+    /// Touches every model with a request in flight, or whose last
+    /// request ended untouched, every half touch interval until `stop`
+    /// (touches stay throttled to one per interval).
+    pub async fn keep_active(self: Arc<Self>) {
+        let period = (self.touch_interval / 2).max(Duration::from_millis(100));
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let entries = self.entries.load();
+            for (model, e) in entries.iter() {
+                let busy = e.in_flight.load(Ordering::Relaxed) > 0;
+                if (busy || e.end_untouched.load(Ordering::Relaxed)) && self.touch_entry(model, e) {
+                    e.end_untouched.store(false, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Sends a touch of `model` unless one was sent within the interval;
+    /// tells whether it sent one.
+    fn touch_entry(&self, model: &str, e: &Entry) -> bool {
+        let now = now_ms();
+        let last = e.last_touch_ms.load(Ordering::Relaxed);
+        let interval = self.touch_interval.as_millis() as u64;
+        if now.saturating_sub(last) < interval {
+            return false;
+        }
+        let won = e
+            .last_touch_ms
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
+        if won {
+            self.send(Command::Touch(model.to_string()));
+        }
+        won
+    }
+
     fn send(&self, command: Command) {
         if self.commands.send(command).is_err() {
             tracing::warn!("Kubernetes background tasks stopped; command dropped");
@@ -187,21 +236,26 @@ impl ModelLifecycle for KubeLifecycle {
     }
 
     fn touch(&self, model: &str) {
-        let entries = self.entries.load();
-        let Some(e) = entries.get(model) else {
-            return;
-        };
-        let now = now_ms();
-        let last = e.last_touch_ms.load(Ordering::Relaxed);
-        let interval = self.touch_interval.as_millis() as u64;
-        if now.saturating_sub(last) < interval {
-            return;
+        if let Some(e) = self.entries.load().get(model) {
+            self.touch_entry(model, e);
         }
-        if e.last_touch_ms
-            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            self.send(Command::Touch(model.to_string()));
+    }
+
+    fn request_started(&self, model: &str) {
+        if let Some(e) = self.entries.load().get(model) {
+            e.in_flight.fetch_add(1, Ordering::Relaxed);
+            self.touch_entry(model, e);
+        }
+    }
+
+    fn request_finished(&self, model: &str) {
+        if let Some(e) = self.entries.load().get(model) {
+            let _ = e
+                .in_flight
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            if !self.touch_entry(model, e) {
+                e.end_untouched.store(true, Ordering::Relaxed);
+            }
         }
     }
 
@@ -231,6 +285,7 @@ impl ModelLifecycle for KubeLifecycle {
                     "message": status.message,
                     "endpoints": e.endpoints.load(Ordering::Relaxed),
                     "queueDepth": e.queued.load(Ordering::Relaxed),
+                    "inFlight": e.in_flight.load(Ordering::Relaxed),
                     "gpuGroup": target.0.gpu_group,
                     "activating": e.activating.load(Ordering::Relaxed),
                     "lastTouch": (last > 0).then(|| humantime::format_rfc3339_millis(

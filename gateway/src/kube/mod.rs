@@ -205,6 +205,7 @@ async fn serve(
             }
         })
     });
+    let keep_active = tokio::spawn(lifecycle.clone().keep_active());
     let actions = tokio::spawn(actions::run(
         client,
         lifecycle.clone(),
@@ -216,6 +217,7 @@ async fn serve(
         _ = sync::run(sync, changed, settings.resync) => {}
     }
     actions.abort();
+    keep_active.abort();
     if let Some(operator) = operator {
         let _ = operator_stop.send(());
         // Reconciles in flight finish; the Lease is released.

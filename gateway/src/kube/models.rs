@@ -115,6 +115,9 @@ struct Candidate {
     replicas: i32,
     gpu_group_ref: Option<String>,
     cold_start: Duration,
+    /// The cold-start timeout the model itself sets, if it does: queued
+    /// requests wait at least this long.
+    own_cold_start: Option<Duration>,
     /// Where the Service DNS fallback sends requests.
     fallback: (String, u16),
 }
@@ -292,6 +295,7 @@ fn route_config(key: &str, c: &Candidate, upstreams: Vec<Upstream>) -> ModelConf
         paths: serve_paths(key, c.annotations.get(labels::SERVE_PATHS)),
         health_check: None,
         local: None,
+        cold_start_timeout: c.own_cold_start,
     }
 }
 
@@ -327,6 +331,7 @@ fn from_model(m: &Model, scope: &Scope) -> Option<Candidate> {
         replicas: 0,
         gpu_group_ref: None,
         cold_start: m.spec.cold_start_timeout(),
+        own_cold_start: m.spec.serverless.as_ref().map(|s| s.cold_start_timeout()),
         fallback: fallback(
             status.and_then(|s| s.endpoint.as_deref()),
             &name,
@@ -364,6 +369,8 @@ fn from_deployment(d: &ModelDeployment, scope: &Scope) -> Option<Candidate> {
         replicas: d.spec.replicas,
         gpu_group_ref: d.spec.gpu_group_ref.clone().filter(|g| !g.is_empty()),
         cold_start: d.spec.cold_start_timeout(),
+        // `coldStartTimeoutSeconds: 0` means unset.
+        own_cold_start: Some(d.spec.cold_start_timeout()).filter(|t| !t.is_zero()),
         fallback: fallback(
             status
                 .and_then(|s| s.endpoints.as_ref())

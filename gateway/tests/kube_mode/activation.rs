@@ -315,3 +315,131 @@ async fn a_model_that_stays_failed_fails_its_requests_with_its_message() {
     );
     assert_eq!(server.writes(Verb::Patch, "models/status"), 1);
 }
+
+/// A Model's own `serverless.coldStartTimeout` bounds the wait of its queued
+/// requests when it is longer than the gateway's: a model that loads for
+/// longer than `--cold-start-timeout` but within its own bound is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_models_own_cold_start_timeout_bounds_the_wait() {
+    let server = TestApiServer::start().await;
+    let p = pod("pod-a", &["org/m"], &[]);
+    server
+        .insert(&model(
+            "default",
+            "m",
+            Some("Idle"),
+            json!({"serverless": {"coldStartTimeout": "20s"}}),
+        ))
+        .unwrap();
+    let gw = Arc::new(
+        KubeGateway::start(
+            &server,
+            &["--cold-start-timeout", "1s", "--queue-timeout", "1s"],
+        )
+        .await,
+    );
+    let request = {
+        let gw = gw.clone();
+        tokio::spawn(async move { gw.chat("m").await.status().as_u16() })
+    };
+    eventually("the request queued", || async {
+        (gw.admin("m").await["queueDepth"] == 1).then_some(())
+    })
+    .await;
+    // The model loads for three times the gateway's bound.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !request.is_finished(),
+        "answered before the model's own bound"
+    );
+    let mut ready = model_obj(&server, "m");
+    ready["status"]["phase"] = json!("Ready");
+    server.insert(&ready).unwrap();
+    server
+        .insert(&slice("default", "m", "m-1", &[(p.addr(), None)]))
+        .unwrap();
+    assert_eq!(request.await.unwrap(), 200);
+}
+
+/// Without a bound of its own, a Model's requests wait the gateway's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_its_own_bound_a_model_waits_the_gateways() {
+    let server = TestApiServer::start().await;
+    server
+        .insert(&model("default", "m", Some("Idle"), json!({})))
+        .unwrap();
+    let gw = KubeGateway::start(
+        &server,
+        &["--cold-start-timeout", "1s", "--queue-timeout", "1s"],
+    )
+    .await;
+    let started = Instant::now();
+    let resp = gw.chat("m").await;
+    assert_eq!(resp.status(), 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "activation_timeout", "{body}");
+}
+
+/// A request counts as activity for as long as it runs: a stream longer
+/// than the touch interval keeps refreshing `lastActiveTime`, so the
+/// operator does not scale its pod to zero under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_keeps_its_model_active() {
+    let server = TestApiServer::start().await;
+    let p = pod("pod-a", &["org/m"], &["--tokens-per-second", "10"]);
+    server
+        .insert(&model("default", "m", Some("Ready"), json!({})))
+        .unwrap();
+    server
+        .insert(&slice("default", "m", "m-1", &[(p.addr(), None)]))
+        .unwrap();
+    let gw = Arc::new(KubeGateway::start(&server, &["--touch-interval", "1s"]).await);
+    gw.wait_endpoints("m", 1).await;
+
+    // About 4 s of tokens.
+    let stream = {
+        let gw = gw.clone();
+        tokio::spawn(async move {
+            let body = json!({"model": "m", "stream": true, "max_tokens": 40,
+                              "messages": [{"role": "user", "content": "a long answer"}]});
+            let resp = crate::support::client()
+                .post(gw.url("/v1/chat/completions"))
+                .json(&body)
+                .send()
+                .await
+                .expect("stream request");
+            assert_eq!(resp.status(), 200);
+            resp.bytes().await.expect("the whole stream").len()
+        })
+    };
+    eventually("the stream's start touch", || async {
+        (server.writes(Verb::Patch, "models/status") >= 1).then_some(())
+    })
+    .await;
+    let first = model_obj(&server, "m")["status"]["lastActiveTime"].clone();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!stream.is_finished(), "the stream ended too early to tell");
+    let during = server.writes(Verb::Patch, "models/status");
+    assert!(during >= 2, "{during} activity patches during a 4 s stream");
+    assert_ne!(
+        model_obj(&server, "m")["status"]["lastActiveTime"],
+        first,
+        "lastActiveTime did not move while the stream ran"
+    );
+    assert!(stream.await.unwrap() > 0);
+    // The end of the request is activity too, recorded within an interval
+    // (to the second, as lastActiveTime is written).
+    let ended = std::time::SystemTime::now() - Duration::from_secs(1);
+    eventually("a touch at the end of the stream", || async {
+        let m = model_obj(&server, "m");
+        let t = humantime::parse_rfc3339_weak(m["status"]["lastActiveTime"].as_str()?).ok()?;
+        (t >= ended).then_some(())
+    })
+    .await;
+    assert_eq!(gw.admin("m").await["inFlight"], 0);
+}
