@@ -21,31 +21,15 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from compare import free_port, wait_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, limit: float = 60.0) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"nothing listened on {port}")
 
 
 def rss_mib(pid: int) -> float:
@@ -197,8 +181,8 @@ def main() -> None:
             env={**os.environ, "RUST_LOG": "warn"},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(gw)
-        wait_port(sim_port)
-        wait_port(gw_port)
+        wait_port(sim_port, "flexinfer-sim")
+        wait_port(gw_port, "flexinfer-gateway")
         figures = asyncio.run(main_async(args, gw.pid, gw_port))
         print(f"RSS idle:                         {figures['idle']:.1f} MiB")
         print(f"RSS with {args.streams} streams in flight:   {figures['streams']:.1f} MiB")

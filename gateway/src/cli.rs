@@ -272,13 +272,23 @@ pub struct Cli {
     #[arg(long, env = "PROXY_COLD_START_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub cold_start_timeout: Duration,
 
-    /// Retry failed activations with exponential backoff and jitter.
+    /// Kubernetes mode: try a failed scale-up again, with exponential
+    /// backoff and jitter, while its requests wait.
     #[arg(long, env = "PROXY_BACKOFF_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
     pub backoff_enabled: bool,
 
     /// Activation retries when backoff is enabled.
     #[arg(long, env = "PROXY_BACKOFF_MAX_RETRIES", default_value_t = 3)]
     pub backoff_max_retries: u32,
+
+    /// Wait before the first activation retry; doubled for each next one,
+    /// up to --backoff-max-wait, times a random factor in [0.5, 1.5].
+    #[arg(long, env = "PROXY_BACKOFF_INITIAL_WAIT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub backoff_initial_wait: Duration,
+
+    /// Longest wait between two activation retries (before the random factor).
+    #[arg(long, env = "PROXY_BACKOFF_MAX_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub backoff_max_wait: Duration,
 
     /// Time between SIGTERM and closing the listener; /readyz answers 503 meanwhile.
     #[arg(long, env = "PROXY_SHUTDOWN_DRAIN_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
@@ -351,6 +361,13 @@ impl Cli {
         if self.backoff_enabled && self.backoff_max_retries == 0 {
             problems
                 .push("PROXY_BACKOFF_MAX_RETRIES must be > 0 when backoff is enabled".to_string());
+        }
+        if self.backoff_enabled && self.backoff_initial_wait > self.backoff_max_wait {
+            problems.push(format!(
+                "PROXY_BACKOFF_INITIAL_WAIT ({}) must be <= PROXY_BACKOFF_MAX_WAIT ({})",
+                humantime::format_duration(self.backoff_initial_wait),
+                humantime::format_duration(self.backoff_max_wait)
+            ));
         }
         if self.rate_limit_enabled {
             if self.rate_limit_per_model <= 0.0 {
@@ -519,6 +536,34 @@ mod tests {
         assert!(e.contains("PROXY_AUTH_TOKEN"), "{e}");
         let cli = Cli::parse_from(["x", "-c", "m", "--upstream-max-attempts", "9"]);
         assert_eq!(cli.attempts(), 3);
+    }
+
+    #[test]
+    fn backoff_waits_must_be_ordered() {
+        let flags = |initial: &str, max: &str| {
+            Cli::parse_from([
+                "x",
+                "--kubernetes",
+                "--backoff-enabled",
+                "true",
+                "--backoff-initial-wait",
+                initial,
+                "--backoff-max-wait",
+                max,
+            ])
+            .validate()
+        };
+        assert_eq!(
+            flags("40s", "30s").unwrap_err(),
+            "PROXY_BACKOFF_INITIAL_WAIT (40s) must be <= PROXY_BACKOFF_MAX_WAIT (30s)"
+        );
+        assert!(flags("5s", "30s").is_ok());
+        assert!(flags("30s", "30s").is_ok());
+        let cli = Cli::parse_from(["x", "--kubernetes"]);
+        assert_eq!(
+            (cli.backoff_initial_wait, cli.backoff_max_wait),
+            (Duration::from_secs(5), Duration::from_secs(30))
+        );
     }
 
     #[test]

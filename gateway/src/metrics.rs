@@ -44,6 +44,11 @@ pub struct Metrics {
     pub queue_wait: HistogramVec,
     /// Requests refused while waiting for a model, by model and error code.
     pub queue_rejected: IntCounterVec,
+    /// Kubernetes mode: activations tried again after a failed scale-up,
+    /// by model (`--backoff-enabled`).
+    pub activation_retries: IntCounterVec,
+    /// Kubernetes mode: the backoff waited before each such retry, by model.
+    pub activation_retry_wait: HistogramVec,
     /// Client connections open now.
     pub client_connections: IntGauge,
     /// Client connections refused by the connection caps, by reason.
@@ -163,6 +168,16 @@ impl Metrics {
                 "flexinfer_proxy_queue_rejected_total",
                 "Requests refused while waiting for their model (queue_full, activation_timeout, activation_failed).",
                 &["model", "reason"],
+            ),
+            activation_retries: counter(
+                "flexinfer_proxy_activation_retries_total",
+                "Activations tried again after a failed scale-up (backoff enabled).",
+                &["model"],
+            ),
+            activation_retry_wait: histogram(
+                "flexinfer_proxy_activation_retry_wait_duration_seconds",
+                "Backoff waited before retrying a failed activation.",
+                &["model"],
             ),
             client_connections: {
                 let g = IntGauge::new(

@@ -10,8 +10,9 @@ use flexinfer_operator::lifecycle::Phase;
 use kube::Client;
 use tokio::sync::{mpsc, watch};
 
+use super::backoff::ActivationBackoff;
 use super::lifecycle::{Command, KubeLifecycle};
-use super::models::TargetKind;
+use super::models::{Target, TargetKind};
 use super::patch;
 use crate::activation::ModelLifecycle;
 
@@ -25,6 +26,7 @@ pub async fn run(
     lifecycle: Arc<KubeLifecycle>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     activation_wait: Duration,
+    backoff: Option<ActivationBackoff>,
 ) {
     let mut demand: HashMap<String, watch::Sender<u32>> = HashMap::new();
     while let Some(command) = commands.recv().await {
@@ -35,6 +37,7 @@ pub async fn run(
                     lifecycle.clone(),
                     model,
                     activation_wait,
+                    backoff.clone(),
                 ));
             }
             Command::Touch(model) => {
@@ -67,7 +70,13 @@ pub async fn run(
 
 /// Scales `model` up once, then holds the single-flight slot until the
 /// watch reports it ready or failed, or `wait` passes.
-async fn activate(client: Client, lifecycle: Arc<KubeLifecycle>, model: String, wait: Duration) {
+async fn activate(
+    client: Client,
+    lifecycle: Arc<KubeLifecycle>,
+    model: String,
+    wait: Duration,
+    backoff: Option<ActivationBackoff>,
+) {
     let Some((target, cold_start)) = lifecycle.target(&model) else {
         lifecycle.finish_activation(&model);
         return;
@@ -78,13 +87,19 @@ async fn activate(client: Client, lifecycle: Arc<KubeLifecycle>, model: String, 
     };
     status.borrow_and_update();
     tracing::info!(model, namespace = %target.namespace, kind = target.kind.as_str(), "activating model");
-    let mut result = patch::last_active(&client, &target).await;
-    if result.is_ok()
-        && target.kind == TargetKind::ModelDeployment
-        && target.replicas == 0
-        && target.gpu_group.is_none()
-    {
-        result = patch::scale_up(&client, &target).await;
+    let mut result = scale_up(&client, &target).await;
+    let mut attempt = 0;
+    while let (Err(e), Some(b)) = (&result, &backoff) {
+        if attempt >= b.retries {
+            break;
+        }
+        let pause = b.wait(attempt, ActivationBackoff::jitter());
+        tracing::warn!(model, error = %e, retry = attempt + 1, of = b.retries,
+            wait = %humantime::format_duration(pause), "scale-up failed; retrying");
+        b.record(&model, pause);
+        tokio::time::sleep(pause).await;
+        attempt += 1;
+        result = scale_up(&client, &target).await;
     }
     if let Err(e) = result {
         tracing::warn!(model, error = %e, "scale-up failed");
@@ -127,6 +142,19 @@ async fn activate(client: Client, lifecycle: Arc<KubeLifecycle>, model: String, 
     };
     let _ = tokio::time::timeout(wait.max(cold_start), settled).await;
     lifecycle.finish_activation(&model);
+}
+
+/// The activity signal that scales a model up: its activity time, and for
+/// a v1alpha1 ModelDeployment at zero outside a GPU group, one replica.
+async fn scale_up(client: &Client, target: &Target) -> Result<(), kube::Error> {
+    patch::last_active(client, target).await?;
+    if target.kind == TargetKind::ModelDeployment
+        && target.replicas == 0
+        && target.gpu_group.is_none()
+    {
+        patch::scale_up(client, target).await?;
+    }
+    Ok(())
 }
 
 /// Keeps the GPUGroup demand annotations of `model` at the latest depth,

@@ -17,6 +17,7 @@
 //! on channels.
 
 pub mod actions;
+pub mod backoff;
 pub mod dns;
 pub mod endpoints;
 pub mod lifecycle;
@@ -58,6 +59,8 @@ pub struct KubeSettings {
     pub activation_wait: Duration,
     /// Longest wait for the start-up checks and the first list of every kind.
     pub startup_timeout: Duration,
+    /// How a failed scale-up is tried again, when it is (`--backoff-enabled`).
+    pub activation_backoff: Option<backoff::ActivationBackoff>,
     /// The operator's controllers, when they run inside the gateway.
     pub embedded_operator: Option<EmbeddedControllers>,
 }
@@ -109,6 +112,7 @@ impl Default for KubeSettings {
             touch_interval: Duration::from_secs(60),
             activation_wait: Duration::from_secs(60),
             startup_timeout: Duration::from_secs(60),
+            activation_backoff: None,
             embedded_operator: None,
         }
     }
@@ -211,6 +215,7 @@ async fn serve(
         lifecycle.clone(),
         rx,
         settings.activation_wait,
+        settings.activation_backoff.clone(),
     ));
     tokio::select! {
         _ = stop => {}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::{Mode, Upstreams};
 use crate::cli::Cli;
 use crate::config::ModelTable;
+use crate::kube::backoff::ActivationBackoff;
 use crate::kube::{EmbeddedControllers, KubeMode, KubeSettings, Scope};
 use crate::metrics::Metrics;
 use crate::ratelimit::LimitSettings;
@@ -21,6 +22,13 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
         resync: cli.kube_resync,
         touch_interval: cli.touch_interval,
         activation_wait: cli.queue_timeout.max(cli.cold_start_timeout),
+        activation_backoff: cli.backoff_enabled.then(|| ActivationBackoff {
+            retries: cli.backoff_max_retries,
+            initial: cli.backoff_initial_wait,
+            max: cli.backoff_max_wait,
+            retried: metrics.activation_retries.clone(),
+            waited: metrics.activation_retry_wait.clone(),
+        }),
         embedded_operator: cli
             .embedded_operator
             .then(|| embedded_controllers(cli, metrics)),

@@ -23,6 +23,22 @@ fn model_obj(server: &TestApiServer, name: &str) -> Value {
     object(server, "ai.flexinfer/v1alpha2", "Model", name)
 }
 
+/// The operator's part once a model has loaded: `Ready`, with `pod` as its
+/// one ready endpoint.
+fn turn_ready(server: &TestApiServer, name: &str, pod: &crate::support::SimProcess) {
+    let mut ready = model_obj(server, name);
+    ready["status"]["phase"] = json!("Ready");
+    server.insert(&ready).unwrap();
+    server
+        .insert(&slice(
+            "default",
+            name,
+            &format!("{name}-1"),
+            &[(pod.addr(), None)],
+        ))
+        .unwrap();
+}
+
 /// Every request the gateway made is allowed by `RBAC_RULES`.
 fn assert_covered_by_rbac(server: &TestApiServer) {
     for (verb, resource, n) in server.request_counts() {
@@ -352,12 +368,7 @@ async fn a_models_own_cold_start_timeout_bounds_the_wait() {
         !request.is_finished(),
         "answered before the model's own bound"
     );
-    let mut ready = model_obj(&server, "m");
-    ready["status"]["phase"] = json!("Ready");
-    server.insert(&ready).unwrap();
-    server
-        .insert(&slice("default", "m", "m-1", &[(p.addr(), None)]))
-        .unwrap();
+    turn_ready(&server, "m", &p);
     assert_eq!(request.await.unwrap(), 200);
 }
 
@@ -442,4 +453,73 @@ async fn a_long_stream_keeps_its_model_active() {
     })
     .await;
     assert_eq!(gw.admin("m").await["inFlight"], 0);
+}
+
+/// With `--backoff-enabled`, a failed scale-up is tried again after a
+/// backoff while its requests wait, and they are served once it succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_scale_up_is_retried_after_a_backoff() {
+    let server = TestApiServer::start().await;
+    let p = pod("pod-a", &["org/m"], &[]);
+    server
+        .insert(&model("default", "m", Some("Idle"), json!({})))
+        .unwrap();
+    let gw = Arc::new(
+        KubeGateway::start(
+            &server,
+            &[
+                "--backoff-enabled",
+                "true",
+                "--backoff-initial-wait",
+                "300ms",
+                "--backoff-max-wait",
+                "1s",
+            ],
+        )
+        .await,
+    );
+    // The first activation's three attempts fail, and the retry's first.
+    server.fail_next(Verb::Patch, "models/status", 4, 500);
+    let started = Instant::now();
+    let request = {
+        let gw = gw.clone();
+        tokio::spawn(async move { gw.chat("m").await.status().as_u16() })
+    };
+    eventually("the activity patch of the retry", || async {
+        model_obj(&server, "m")["status"]["lastActiveTime"]
+            .is_string()
+            .then_some(())
+    })
+    .await;
+    // 100 ms + 200 ms between the first attempts, then at least half the
+    // initial wait before the retry.
+    assert!(
+        started.elapsed() >= Duration::from_millis(450),
+        "retried after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(server.requests(Verb::Patch, "models/status"), 5);
+    assert!(
+        !request.is_finished(),
+        "the request did not wait for the retry"
+    );
+    turn_ready(&server, "m", &p);
+    assert_eq!(request.await.unwrap(), 200);
+    let metrics = crate::support::client()
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("flexinfer_proxy_activation_retries_total{model=\"m\"} 1"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("activation_retr"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
