@@ -13,41 +13,32 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use flexinfer_crds::benchmark::DeviceLabels;
 use flexinfer_crds::labels;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::tps::TpsResult;
 
 /// Field manager of the per-deployment ConfigMap.
 pub const FIELD_MANAGER: &str = "flexinfer-bench";
 
-/// The node's device class, as the scheduler builds it from node labels:
-/// `vendor=..,arch=..,vram=..,count=..,int4=..` (missing labels are empty).
+/// The node's device class, as the scheduler builds it from node labels
+/// (see [`flexinfer_crds::benchmark`]).
 pub fn device_class(node_labels: &BTreeMap<String, String>) -> String {
     let get = |key: &str| node_labels.get(key).map(String::as_str).unwrap_or("");
-    format!(
-        "vendor={},arch={},vram={},count={},int4={}",
-        get(labels::NODE_GPU_VENDOR),
-        get(labels::NODE_GPU_ARCH),
-        get(labels::NODE_GPU_VRAM),
-        get(labels::NODE_GPU_COUNT),
-        get(labels::NODE_GPU_INT4)
-    )
+    DeviceLabels {
+        vendor: get(labels::NODE_GPU_VENDOR),
+        arch: get(labels::NODE_GPU_ARCH),
+        vram: get(labels::NODE_GPU_VRAM),
+        count: get(labels::NODE_GPU_COUNT),
+        int4: get(labels::NODE_GPU_INT4),
+    }
+    .device_class()
 }
 
-/// The first 32 hex digits of SHA-256(`backend|model|deviceClass`).
-pub fn result_hash(backend: &str, model: &str, device_class: &str) -> String {
-    let digest = Sha256::digest(format!("{backend}|{model}|{device_class}").as_bytes());
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Key of the tokens/s entry in the global ConfigMap: `bench_<hash>`.
-pub fn global_key(backend: &str, model: &str, device_class: &str) -> String {
-    format!("bench_{}", result_hash(backend, model, device_class))
-}
+pub use flexinfer_crds::benchmark::{key as global_key, result_hash};
 
 /// A duration as Go prints it (`30s`, `1m30s`, `1h0m0s`, `500ms`), the
 /// format the `minDuration` key has always had.
@@ -208,6 +199,7 @@ pub async fn node_device_class(client: kube::Client, name: &str) -> Result<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     #[test]
     fn device_class_and_key_match_the_scheduler() {

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod benchmark;
 pub mod conditions;
 pub mod defaults;
 pub mod gpu;

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `<p>gpu.vendor` | `NVIDIA`, `AMD`, or `MIXED` when both vendors are present |
 //! | `<p>gpu.arch` | the newest architecture: `sm_XY` (NVIDIA), `gfxNNNN` (AMD) |
-//! | `<p>gpu.vram` | VRAM of the largest GPU in whole GiB, rounded (`24Gi`) |
+//! | `<p>gpu.vram` | VRAM of the largest GPU in whole GiB, rounded down (`23Gi` for 24560 MiB) |
 //! | `<p>gpu.count` | number of GPUs |
 //! | `<p>gpu.int4` | `true` when the newest GPU has fast INT4 (NVIDIA ≥ sm_80, AMD always) |
 //! | `<p>cpu.avx512` | `true` / `false` |
@@ -152,7 +152,7 @@ pub fn desired(inventory: &Inventory, keys: &LabelKeys) -> NodeMetadata {
             .insert(keys.gpu_vendor(), vendor.label().to_owned());
         let largest_mib = gpus.iter().map(Gpu::vram_total_mib).max().unwrap_or(0);
         meta.labels
-            .insert(keys.gpu_vram(), format!("{}Gi", rounded_gib(largest_mib)));
+            .insert(keys.gpu_vram(), format!("{}Gi", whole_gib(largest_mib)));
         match newest(gpus) {
             Some(gpu) => {
                 if let Some(arch) = &gpu.arch {
@@ -185,10 +185,11 @@ pub fn desired(inventory: &Inventory, keys: &LabelKeys) -> NodeMetadata {
     meta
 }
 
-/// MiB → whole GiB, rounded to nearest: a "24 GB" card reports a little
-/// under 24 GiB (24560 MiB) and is labelled `24Gi`, not `23Gi`.
-fn rounded_gib(mib: u64) -> u64 {
-    (mib + 512) / 1024
+/// MiB → whole GiB, rounded down, as the labels have always been written:
+/// a "24 GB" card that reports 24560 MiB is `23Gi`. Benchmark results are
+/// keyed by device classes built from this label, so it must not change.
+fn whole_gib(mib: u64) -> u64 {
+    mib / 1024
 }
 
 /// The GPU with the newest known architecture.
@@ -253,7 +254,7 @@ mod tests {
                 ("flexinfer.ai/gpu.count", "2"),
                 ("flexinfer.ai/gpu.int4", "true"),
                 ("flexinfer.ai/gpu.vendor", "NVIDIA"),
-                ("flexinfer.ai/gpu.vram", "24Gi"),
+                ("flexinfer.ai/gpu.vram", "23Gi"),
             ]
         );
         // 12282 + 12282 MiB free; utilisation (10 + 20) / 2.
@@ -313,7 +314,7 @@ mod tests {
         };
         let meta = desired(&inventory, &keys);
         assert_eq!(meta.labels["example.com/gpu.vendor"], "AMD");
-        assert_eq!(meta.labels["example.com/gpu.vram"], "16Gi");
+        assert_eq!(meta.labels["example.com/gpu.vram"], "15Gi");
         assert_eq!(meta.annotations["example.com/gpu-free-memory"], "8184");
         assert!(meta.labels.keys().all(|k| k.starts_with("example.com/")));
         assert_eq!(keys.managed_labels()[0], "example.com/gpu.vendor");
@@ -325,11 +326,11 @@ mod tests {
     }
 
     #[test]
-    fn vram_rounds_to_the_nearest_gib() {
-        assert_eq!(rounded_gib(24_560), 24);
-        assert_eq!(rounded_gib(24_576), 24);
-        assert_eq!(rounded_gib(81_559), 80);
-        assert_eq!(rounded_gib(143_771), 140);
-        assert_eq!(rounded_gib(511), 0);
+    fn vram_is_floored_to_whole_gib() {
+        assert_eq!(whole_gib(24_560), 23);
+        assert_eq!(whole_gib(24_576), 24);
+        assert_eq!(whole_gib(81_559), 79);
+        assert_eq!(whole_gib(143_771), 140);
+        assert_eq!(whole_gib(1_023), 0);
     }
 }

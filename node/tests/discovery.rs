@@ -42,7 +42,7 @@ fn amd_gfx1100_24gib_card() {
             ("flexinfer.ai/gpu.count", "1"),
             ("flexinfer.ai/gpu.int4", "true"),
             ("flexinfer.ai/gpu.vendor", "AMD"),
-            ("flexinfer.ai/gpu.vram", "24Gi"),
+            ("flexinfer.ai/gpu.vram", "23Gi"),
         ])
     );
     // 24560 MiB total − 4096 MiB used.
@@ -104,7 +104,7 @@ fn two_amd_cards_and_an_integrated_gpu() {
             ("flexinfer.ai/gpu.count", "2"),
             ("flexinfer.ai/gpu.int4", "true"),
             ("flexinfer.ai/gpu.vendor", "AMD"),
-            ("flexinfer.ai/gpu.vram", "24Gi"),
+            ("flexinfer.ai/gpu.vram", "23Gi"),
         ])
     );
     // (16368 − 1024) + (24560 − 4096) MiB; (30 + 12) / 2 %.
@@ -158,7 +158,7 @@ fn only_an_integrated_gpu_still_counts() {
     let (_, desired) = dry_run(&mut machine.discovery(), &LabelKeys::default());
     assert_eq!(desired.labels["flexinfer.ai/gpu.arch"], "gfx1151");
     assert_eq!(desired.labels["flexinfer.ai/gpu.count"], "1");
-    assert_eq!(desired.labels["flexinfer.ai/gpu.vram"], "1Gi");
+    assert_eq!(desired.labels["flexinfer.ai/gpu.vram"], "0Gi");
 }
 
 #[test]

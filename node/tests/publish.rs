@@ -64,7 +64,7 @@ fn gpu_labels() -> Vec<(&'static str, &'static str)> {
         ("flexinfer.ai/gpu.count", "1"),
         ("flexinfer.ai/gpu.int4", "true"),
         ("flexinfer.ai/gpu.vendor", "AMD"),
-        ("flexinfer.ai/gpu.vram", "24Gi"),
+        ("flexinfer.ai/gpu.vram", "23Gi"),
     ]
 }
 

@@ -29,8 +29,10 @@ pub struct PodFacts {
     pub backend: Option<String>,
     /// Annotation `flexinfer.ai/model`.
     pub model: Option<String>,
-    /// Label `modeldeployment_cr`: the owning ModelDeployment, whose
-    /// `<name>-benchmark-results` ConfigMap is the TPS fallback.
+    /// The Model or ModelDeployment the pod serves, whose
+    /// `<name>-benchmark-results` ConfigMap is the TPS fallback: label
+    /// `modeldeployment_cr` (the original's), else the `flexinfer.ai/model`
+    /// label the operator puts on every model pod.
     pub deployment: Option<String>,
     /// Pod labels (the fair-share tenant may be one of them).
     pub labels: BTreeMap<String, String>,
@@ -58,10 +60,12 @@ impl PodFacts {
                 .filter(|mb| *mb > 0.0),
             backend: annotation(labels::BACKEND).map(canonical_backend),
             model: annotation(labels::MODEL).map(str::to_owned),
-            deployment: labels
-                .get(labels::MODEL_DEPLOYMENT_CR)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty()),
+            deployment: [labels::MODEL_DEPLOYMENT_CR, labels::MODEL]
+                .iter()
+                .filter_map(|key| labels.get(*key))
+                .map(|v| v.trim())
+                .find(|v| !v.is_empty())
+                .map(str::to_owned),
             labels,
         }
     }
@@ -279,6 +283,25 @@ mod tests {
         assert_eq!(facts.namespace, "ml");
         assert!(!facts.wants_gpu());
         assert!(facts.is_model_workload());
+    }
+
+    #[test]
+    fn pods_the_operator_builds_name_their_benchmark_config_map() {
+        // The labels the operator puts on every model pod, nothing else.
+        let labels = flexinfer_crds::labels::selector_labels("qwen-md", "vllm");
+        let built = pod(json!({"metadata": {"labels": labels}, "spec": {"containers": []}}));
+        assert_eq!(
+            PodFacts::from_pod(&built).deployment.as_deref(),
+            Some("qwen-md")
+        );
+        // The original's label wins where a pod has it.
+        let mut labels = flexinfer_crds::labels::selector_labels("qwen-md", "vllm");
+        labels.insert("modeldeployment_cr".into(), "legacy".into());
+        let legacy = pod(json!({"metadata": {"labels": labels}, "spec": {"containers": []}}));
+        assert_eq!(
+            PodFacts::from_pod(&legacy).deployment.as_deref(),
+            Some("legacy")
+        );
     }
 
     #[test]

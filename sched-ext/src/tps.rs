@@ -14,11 +14,10 @@
 //! over a watched cache ([`crate::watch`]); nothing is fetched per request.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
+use flexinfer_crds::benchmark::{self, DeviceLabels};
 use k8s_openapi::api::core::v1::ConfigMap;
-use sha2::{Digest, Sha256};
 
 use crate::facts::{parse_number, NodeFacts, PodFacts};
 
@@ -27,7 +26,7 @@ pub const TOKENS_PER_SECOND_KEY: &str = "tokensPerSecond";
 /// Suffix of per-deployment benchmark ConfigMaps.
 pub const DEPLOYMENT_CONFIG_MAP_SUFFIX: &str = "-benchmark-results";
 /// Prefix of the keys of the global benchmark ConfigMap.
-pub const BENCHMARK_KEY_PREFIX: &str = "bench_";
+pub const BENCHMARK_KEY_PREFIX: &str = benchmark::KEY_PREFIX;
 
 /// Read access to benchmark ConfigMaps.
 pub trait TpsSource: Send + Sync {
@@ -81,36 +80,23 @@ impl TpsSource for StaticTpsSource {
     }
 }
 
-/// The device class of a node, as the benchmarker records it:
-/// `vendor=<v>,arch=<a>,vram=<m>,count=<c>,int4=<i>` from the
-/// `flexinfer.ai/gpu.*` labels (missing labels are empty).
+/// The device class of a node, as the benchmarker records it (see
+/// [`flexinfer_crds::benchmark`]).
 pub fn device_class(node: &NodeFacts<'_>) -> String {
-    format!(
-        "vendor={},arch={},vram={},count={},int4={}",
-        node.vendor.unwrap_or_default(),
-        node.arch.unwrap_or_default(),
-        node.vram.unwrap_or_default(),
-        node.count.unwrap_or_default(),
-        node.int4.unwrap_or_default(),
-    )
+    DeviceLabels {
+        vendor: node.vendor.unwrap_or_default(),
+        arch: node.arch.unwrap_or_default(),
+        vram: node.vram.unwrap_or_default(),
+        count: node.count.unwrap_or_default(),
+        int4: node.int4.unwrap_or_default(),
+    }
+    .device_class()
 }
 
-/// Key of a result in the global ConfigMap: `bench_` and the first 16
-/// bytes (32 hex digits) of SHA-256(`backend|model|deviceClass`).
+/// Key of a result in the global ConfigMap (see
+/// [`flexinfer_crds::benchmark::key`]).
 pub fn benchmark_key(backend: &str, model: &str, device_class: &str) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(backend.as_bytes());
-    hasher.update(b"|");
-    hasher.update(model.as_bytes());
-    hasher.update(b"|");
-    hasher.update(device_class.as_bytes());
-    let digest = hasher.finalize();
-    let mut key = String::with_capacity(BENCHMARK_KEY_PREFIX.len() + 32);
-    key.push_str(BENCHMARK_KEY_PREFIX);
-    for byte in &digest[..16] {
-        let _ = write!(key, "{byte:02x}");
-    }
-    key
+    benchmark::key(backend, model, device_class)
 }
 
 /// Name of a ModelDeployment's benchmark ConfigMap.
