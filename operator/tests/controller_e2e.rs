@@ -169,3 +169,99 @@ async fn missing_crds_fail_with_a_clear_message() {
     );
     assert!(!err.contains("models.ai.flexinfer"), "{err}");
 }
+
+/// A GPUGroup follows its members as they change: the member it scaled up
+/// turning Running makes the group Active at once, not at its next 5 s
+/// requeue.
+#[tokio::test]
+async fn a_gpu_group_follows_its_members_at_once() {
+    use flexinfer_crds::v1alpha1::{
+        GPUGroup, GPUGroupPhase, GPUGroupSpec, ModelDeployment, ModelDeploymentPhase,
+        ModelDeploymentSpec,
+    };
+    let server = TestApiServer::builder()
+        .bookmark_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    server
+        .insert(&gpu_node("n1", "nvidia.com/gpu", &[]))
+        .unwrap();
+    let client = server.client();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controllers::run(client.clone(), settings(), async {
+        let _ = stop_rx.await;
+    }));
+
+    let mds: Api<ModelDeployment> = Api::default_namespaced(client.clone());
+    let mut spec = ModelDeploymentSpec::new("vllm", "org/a");
+    spec.replicas = 0;
+    spec.gpu_group_ref = Some("g".into());
+    mds.create(&PostParams::default(), &ModelDeployment::new("a", spec))
+        .await
+        .unwrap();
+    let groups: Api<GPUGroup> = Api::default_namespaced(client.clone());
+    let spec: GPUGroupSpec = serde_json::from_value(json!({"models": [{"name": "a"}]})).unwrap();
+    let mut group = GPUGroup::new("g", spec);
+    group.metadata.annotations = Some(
+        [
+            ("flexinfer.ai/queue.a".to_string(), "1".to_string()),
+            (
+                "flexinfer.ai/queue-since.a".to_string(),
+                "2026-01-01T00:00:00Z".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    groups.create(&PostParams::default(), &group).await.unwrap();
+    // Demand on an empty group activates the member at once.
+    eventually("a scaled up and its Deployment built", || async {
+        let md = mds.get("a").await.unwrap();
+        let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+        (md.spec.replicas == 1)
+            .then_some(())
+            .and(deployments.get_opt("a").await.unwrap())
+    })
+    .await;
+    let g = groups.get("g").await.unwrap();
+    assert_eq!(
+        g.status.as_ref().and_then(|s| s.phase),
+        Some(GPUGroupPhase::Swapping)
+    );
+
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    deployments
+        .patch_status(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually("a Running", || async {
+        let md = mds.get("a").await.unwrap();
+        (md.status.as_ref().and_then(|s| s.phase) == Some(ModelDeploymentPhase::Running))
+            .then_some(())
+    })
+    .await;
+    let running = std::time::Instant::now();
+    eventually("the group Active", || async {
+        let g = groups.get("g").await.unwrap();
+        (g.status.as_ref().and_then(|s| s.phase) == Some(GPUGroupPhase::Active)).then_some(())
+    })
+    .await;
+    assert!(
+        running.elapsed() < Duration::from_millis(1500),
+        "the group saw its member Running after {:?}",
+        running.elapsed()
+    );
+
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("controllers stop after shutdown")
+        .unwrap()
+        .unwrap();
+}

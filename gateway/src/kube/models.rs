@@ -175,14 +175,20 @@ pub fn build(snap: &Snapshot, scope: &Scope, resolve: Resolve<'_>) -> Vec<Cluste
             (false, false, _) if c.wanted => Phase::Loading,
             _ => Phase::Idle,
         };
+        let group = gpu_group(c, &snap.groups);
+        let mut config = route_config(&key, c, upstreams);
+        if group.is_some() {
+            // A member may have to wait for another to be drained first.
+            config.cold_start_timeout = Some(group_member_wait(c.cold_start));
+        }
         out.push(ClusterModel {
-            config: route_config(&key, c, upstreams),
+            config,
             target: Target {
                 namespace: c.namespace.clone(),
                 name: c.name.clone(),
                 kind: c.kind,
                 replicas: c.replicas,
-                gpu_group: gpu_group(c, &snap.groups),
+                gpu_group: group,
             },
             phase,
             message: c.message.clone(),
@@ -442,6 +448,15 @@ fn service_labels(annotations: &BTreeMap<String, String>, spec: &[String]) -> Ve
 
 /// The GPUGroup of a ModelDeployment: its `gpuGroupRef` when that group
 /// exists, else a group of its namespace listing it as a member.
+/// Least wait of a GPUGroup member's queued requests, which may need a
+/// swap (the running member drained, then this one loaded): twice its
+/// cold-start timeout, and at least two minutes.
+pub const GROUP_MEMBER_MIN_WAIT: Duration = Duration::from_secs(120);
+
+fn group_member_wait(cold_start: Duration) -> Duration {
+    (cold_start * 2).max(GROUP_MEMBER_MIN_WAIT)
+}
+
 fn gpu_group(c: &Candidate, groups: &[Arc<GPUGroup>]) -> Option<String> {
     if c.kind != TargetKind::ModelDeployment {
         return None;

@@ -249,6 +249,53 @@ async fn gpu_group_members_get_demand_annotations_until_drained() {
     assert_covered_by_rbac(&server);
 }
 
+/// A GPUGroup member's requests wait for a swap (the running member
+/// drained, then this one loaded): at least two minutes, however short the
+/// gateway's and the member's own bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_group_member_waits_long_enough_for_a_swap() {
+    let server = TestApiServer::start().await;
+    let p = pod("pod-a", &["org/m"], &[]);
+    // The shortest cold-start bound a ModelDeployment may set.
+    let mut md = deployment("md", 0, Some("g"));
+    md["spec"]["coldStartTimeoutSeconds"] = json!(10);
+    server.insert(&md).unwrap();
+    server
+        .insert(&json!({
+            "apiVersion": "ai.flexinfer/v1alpha1", "kind": "GPUGroup",
+            "metadata": {"name": "g", "namespace": "default"},
+            "spec": {"models": [{"name": "md"}]}
+        }))
+        .unwrap();
+    let gw = Arc::new(
+        KubeGateway::start(
+            &server,
+            &["--cold-start-timeout", "1s", "--queue-timeout", "1s"],
+        )
+        .await,
+    );
+    let request = {
+        let gw = gw.clone();
+        tokio::spawn(async move { gw.chat("md").await.status().as_u16() })
+    };
+    eventually("the request queued", || async {
+        (gw.admin("md").await["queueDepth"] == 1).then_some(())
+    })
+    .await;
+    // The swap takes longer than the member's own bound and the gateway's.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(
+        !request.is_finished(),
+        "answered before the swap could finish"
+    );
+    let md = object(&server, "ai.flexinfer/v1alpha1", "ModelDeployment", "md");
+    server.insert(&running(md)).unwrap();
+    server
+        .insert(&slice("default", "md", "md-1", &[(p.addr(), None)]))
+        .unwrap();
+    assert_eq!(request.await.unwrap(), 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_deployment_is_scaled_from_zero_to_one() {
     let server = TestApiServer::start().await;

@@ -13,6 +13,7 @@ use flexinfer_crds::v1alpha1::{
 };
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -32,6 +33,30 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let controller = Controller::new(ctx.watched_api::<GPUGroup>(), watcher::Config::default());
+    // A member's change (it turned Running, it was scaled) reconciles its
+    // groups at once rather than at the next requeue.
+    let groups = controller.store();
+    let controller = controller.watches(
+        ctx.watched_api::<ModelDeployment>(),
+        watcher::Config::default(),
+        move |md: ModelDeployment| {
+            let md_ns = md.namespace().unwrap_or_default();
+            let md_name = md.name_any();
+            let named = md.spec.gpu_group_ref.clone().filter(|g| !g.is_empty());
+            groups
+                .state()
+                .into_iter()
+                .filter(|g| {
+                    let g_ns = g.namespace().unwrap_or_default();
+                    (g_ns == md_ns && named.as_deref() == Some(g.name_any().as_str()))
+                        || g.spec.models.iter().any(|m| {
+                            m.name == md_name && m.namespace.as_deref().unwrap_or(&g_ns) == md_ns
+                        })
+                })
+                .map(|g| ObjectRef::from_obj(&*g))
+                .collect::<Vec<_>>()
+        },
+    );
     let error_policy = retry_after("gpugroup", Duration::from_secs(5));
     drive(
         controller,
