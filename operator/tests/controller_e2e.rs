@@ -24,6 +24,20 @@ fn settings() -> ControllerSettings {
     }
 }
 
+/// The kubelet's part: Deployment `name` has its one replica ready.
+async fn deployment_ready(deployments: &Api<Deployment>, name: &str) {
+    deployments
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn model_reaches_ready_through_the_running_controller() {
     let server = TestApiServer::builder()
@@ -63,16 +77,7 @@ async fn model_reaches_ready_through_the_running_controller() {
         Some("http://e2e.default.svc:8080")
     );
 
-    deployments
-        .patch_status(
-            "e2e",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}}),
-            ),
-        )
-        .await
-        .unwrap();
+    deployment_ready(&deployments, "e2e").await;
     let m = eventually("status ready", || async {
         let m = models.get("e2e").await.unwrap();
         (m.phase() == Some(ModelPhase::Ready)).then_some(m)
@@ -230,16 +235,7 @@ async fn a_gpu_group_follows_its_members_at_once() {
     );
 
     let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
-    deployments
-        .patch_status(
-            "a",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}}),
-            ),
-        )
-        .await
-        .unwrap();
+    deployment_ready(&deployments, "a").await;
     eventually("a Running", || async {
         let md = mds.get("a").await.unwrap();
         (md.status.as_ref().and_then(|s| s.phase) == Some(ModelDeploymentPhase::Running))

@@ -39,6 +39,30 @@ fn turn_ready(server: &TestApiServer, name: &str, pod: &crate::support::SimProce
         .unwrap();
 }
 
+/// A gateway whose own wait bounds are 1 s, and one request for `model`
+/// waiting in its queue.
+async fn one_queued_request(
+    server: &TestApiServer,
+    model: &'static str,
+) -> (Arc<KubeGateway>, tokio::task::JoinHandle<u16>) {
+    let gw = Arc::new(
+        KubeGateway::start(
+            server,
+            &["--cold-start-timeout", "1s", "--queue-timeout", "1s"],
+        )
+        .await,
+    );
+    let request = {
+        let gw = gw.clone();
+        tokio::spawn(async move { gw.chat(model).await.status().as_u16() })
+    };
+    eventually("the request queued", || async {
+        (gw.admin(model).await["queueDepth"] == 1).then_some(())
+    })
+    .await;
+    (gw, request)
+}
+
 /// Every request the gateway made is allowed by `RBAC_RULES`.
 fn assert_covered_by_rbac(server: &TestApiServer) {
     for (verb, resource, n) in server.request_counts() {
@@ -267,21 +291,7 @@ async fn a_gpu_group_member_waits_long_enough_for_a_swap() {
             "spec": {"models": [{"name": "md"}]}
         }))
         .unwrap();
-    let gw = Arc::new(
-        KubeGateway::start(
-            &server,
-            &["--cold-start-timeout", "1s", "--queue-timeout", "1s"],
-        )
-        .await,
-    );
-    let request = {
-        let gw = gw.clone();
-        tokio::spawn(async move { gw.chat("md").await.status().as_u16() })
-    };
-    eventually("the request queued", || async {
-        (gw.admin("md").await["queueDepth"] == 1).then_some(())
-    })
-    .await;
+    let (_gw, request) = one_queued_request(&server, "md").await;
     // The swap takes longer than the member's own bound and the gateway's.
     tokio::time::sleep(Duration::from_secs(11)).await;
     assert!(
@@ -394,21 +404,7 @@ async fn a_models_own_cold_start_timeout_bounds_the_wait() {
             json!({"serverless": {"coldStartTimeout": "20s"}}),
         ))
         .unwrap();
-    let gw = Arc::new(
-        KubeGateway::start(
-            &server,
-            &["--cold-start-timeout", "1s", "--queue-timeout", "1s"],
-        )
-        .await,
-    );
-    let request = {
-        let gw = gw.clone();
-        tokio::spawn(async move { gw.chat("m").await.status().as_u16() })
-    };
-    eventually("the request queued", || async {
-        (gw.admin("m").await["queueDepth"] == 1).then_some(())
-    })
-    .await;
+    let (_gw, request) = one_queued_request(&server, "m").await;
     // The model loads for three times the gateway's bound.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
