@@ -5,6 +5,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -16,19 +17,30 @@ pub use flexinfer_conformance::sim::process::SimProcess;
 
 /// An endpoint where nothing listens and no test process can start to: a
 /// privileged loopback port below 10, which the ephemeral ports of
-/// [`free_port`] (and so every server a test starts) never include. `n`
+/// [`free_port`] (and every server a test starts) never include. `n`
 /// (1 to 9) tells dead endpoints of one model apart.
 pub fn dead_endpoint(n: u16) -> String {
     assert!((1..10).contains(&n), "dead endpoints are ports 1 to 9");
     format!("http://127.0.0.1:{n}")
 }
 
-/// A free loopback port (bound, read, released).
+/// A loopback port nothing listens on now (bound, then released).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    // Below the kernel's ephemeral range (32768–60999 by default): a port
+    // handed out for a `:0` bind or an outgoing connection of a concurrent
+    // test can then never be the one this caller is about to bind.
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % u32::from(SPAN)) as u16;
+    for _ in 0..SPAN {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % SPAN;
+        let port = FIRST + (start + offset) % SPAN;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 /// Starts a simulator process with `args` (plus `--port 0`).
