@@ -1,5 +1,6 @@
-//! The command line: `load` (the user's view of an endpoint) and `tps` (the
-//! scheduler's micro-benchmark, optionally published to ConfigMaps).
+//! The command line: `load` (the user's view of an endpoint), `tps` (the
+//! scheduler's micro-benchmark, optionally published to ConfigMaps) and
+//! `routing` (how well a routing strategy uses the pods' prefix caches).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,6 +8,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use flexinfer_crds::labels::BENCHMARK_RESULTS_CONFIG_MAP;
 
+use crate::routing::workload::WorkloadKind;
+use crate::routing::Strategy;
 use crate::target::Api;
 use crate::tps::DEFAULT_PROMPT;
 use crate::workload::Length;
@@ -28,7 +31,8 @@ const LONG_ABOUT: &str = "Measures an OpenAI-compatible endpoint the way users j
 requests/s, output tokens/s (total and per request), time to first token and inter-token \
 latency percentiles, per concurrency level, as a table, JSON or PNG chart (`load`); and the \
 scheduler's tokens/s micro-benchmark, published to the ConfigMaps the scheduler extender \
-reads (`tps --publish`).";
+reads (`tps --publish`); and how well a gateway's routing strategy uses the pods' prefix \
+caches, against one gateway or against simulated pods started per strategy (`routing`).";
 
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -48,6 +52,11 @@ pub enum Command {
     /// Median decode tokens/s of single 128-token requests (the scheduler's
     /// benchmark); prints it, or publishes it with --publish.
     Tps(TpsArgs),
+    /// Replay multi-turn conversations sharing long system prompts and
+    /// report prefix-cache hit rate, TTFT, throughput and load imbalance per
+    /// routing strategy (one gateway with --url, or fresh simulated pods per
+    /// strategy with --local).
+    Routing(RoutingArgs),
 }
 
 /// The endpoint and how to talk to it.
@@ -209,6 +218,140 @@ pub struct TpsArgs {
     pub json: bool,
 }
 
+/// Flags of `routing`.
+#[derive(Debug, Args)]
+pub struct RoutingArgs {
+    /// Gateway base URL to measure (`/v1` optional); or use --local.
+    #[arg(long, env = "BENCHMARK_URL", required_unless_present = "local")]
+    pub url: Option<String>,
+
+    /// Model name sent [default with --local: routing-model].
+    #[arg(long, env = "MODEL_NAME", required_unless_present = "local")]
+    pub model: Option<String>,
+
+    /// Bearer token sent to the gateway as `Authorization`.
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
+    /// Pods' base URLs, comma-separated, whose /metrics give the hit rate
+    /// and the load per pod (--url mode).
+    #[arg(long, value_delimiter = ',', conflicts_with = "local")]
+    pub pod_metrics: Vec<String>,
+
+    /// Name of the --url run in the report.
+    #[arg(long, default_value = "gateway", conflicts_with = "local")]
+    pub label: String,
+
+    /// Start fresh simulated pods (and a gateway) for each strategy instead of using --url.
+    #[arg(long, conflicts_with = "url")]
+    pub local: bool,
+
+    /// Pods per strategy (--local).
+    #[arg(long, default_value_t = 4)]
+    pub pods: usize,
+
+    /// Strategies run in turn (--local): round-robin, least-loaded, prefix,
+    /// cache-aware (gateway `routing` values default, least-loaded, prefix,
+    /// cache-aware) and oracle (no gateway: the client picks the pod with
+    /// the most cached tokens).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "round-robin,least-loaded,prefix,cache-aware,oracle"
+    )]
+    pub strategies: Vec<Strategy>,
+
+    /// flexinfer-sim binary [default: next to this executable].
+    #[arg(long, env = "FLEXINFER_SIM_BIN")]
+    pub sim_bin: Option<PathBuf>,
+
+    /// flexinfer-gateway binary [default: next to this executable].
+    #[arg(long, env = "FLEXINFER_GATEWAY_BIN")]
+    pub gateway_bin: Option<PathBuf>,
+
+    /// Tokens per prefix-cache block of the simulated pods.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub block_size: u32,
+
+    /// Prefix-cache capacity of each simulated pod, in blocks (0 disables
+    /// it) [default: five system prompts' worth, rounded up to a multiple
+    /// of 16: 320 for 1000-token prompts].
+    #[arg(long)]
+    pub prefix_cache_blocks: Option<u64>,
+
+    /// Prefill speed of the simulated pods: TTFT grows by uncached prompt tokens ÷ this.
+    #[arg(long, default_value_t = 4000.0)]
+    pub prefill_tokens_per_second: f64,
+
+    /// Fixed part of the simulated pods' time to first token.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20ms")]
+    pub ttft: Duration,
+
+    /// Decode speed of the simulated pods, tokens/s per request.
+    #[arg(long, default_value_t = 100.0)]
+    pub tokens_per_second: f64,
+
+    /// Requests generating at once per simulated pod (more wait in its queue).
+    #[arg(long, default_value_t = 8)]
+    pub max_num_seqs: u32,
+
+    /// Who shares which prompt prefix.
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Shared)]
+    pub workload: WorkloadKind,
+
+    /// Tenants, each with its own system prompt.
+    #[arg(long, default_value_t = 8)]
+    pub tenants: usize,
+
+    /// System prompt length, tokens (4 bytes each).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub system_tokens: u32,
+
+    /// User message length, tokens.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub user_tokens: u32,
+
+    /// Requests per conversation; each resends the whole history.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub turns: u32,
+
+    /// Conversations played at once.
+    #[arg(short, long, default_value_t = 16)]
+    pub concurrency: usize,
+
+    /// Requests per strategy [default: 400 unless --duration is given].
+    #[arg(short = 'n', long, conflicts_with = "duration")]
+    pub requests: Option<u64>,
+
+    /// Time per strategy instead of a request count (e.g. 30s).
+    #[arg(short, long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// `max_tokens` of every request.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: u32,
+
+    /// Seed of prompts and tenant draws (the same conversations for every strategy).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Per-request time limit.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3m")]
+    pub timeout: Duration,
+
+    /// Print the JSON report (schema flexinfer-bench/routing/v1) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write a PNG chart (hit rate, TTFT p50/p99, imbalance per strategy) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+
+    /// Worker threads of the load generator [default: number of CPUs].
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
 impl TpsArgs {
     /// The base URL: --url, else the gateway route of the model.
     pub fn url(&self) -> String {
@@ -261,5 +404,55 @@ mod tests {
             "http://flexinfer-proxy.flexinfer-system.svc:80/model/llama"
         );
         assert_eq!(a.prompt, DEFAULT_PROMPT);
+    }
+
+    #[test]
+    fn routing_defaults_and_modes() {
+        let cli = parse(&["routing", "--local"]).unwrap();
+        let Command::Routing(a) = cli.command else {
+            panic!()
+        };
+        assert_eq!(a.strategies, Strategy::ALL);
+        assert_eq!((a.pods, a.tenants, a.concurrency), (4, 8, 16));
+        assert_eq!((a.system_tokens, a.user_tokens, a.turns), (1000, 50, 4));
+        assert_eq!((a.block_size, a.max_num_seqs, a.max_tokens), (16, 8, 16));
+        assert_eq!(a.prefill_tokens_per_second, 4000.0);
+        assert_eq!(a.ttft, Duration::from_millis(20));
+        assert_eq!(a.workload, WorkloadKind::Shared);
+        assert_eq!((a.requests, a.prefix_cache_blocks), (None, None));
+
+        let cli = parse(&[
+            "routing",
+            "--url",
+            "http://gw:8080",
+            "--model",
+            "m",
+            "--pod-metrics",
+            "http://a:8000,http://b:8000",
+            "--workload",
+            "no-sharing",
+        ])
+        .unwrap();
+        let Command::Routing(a) = cli.command else {
+            panic!()
+        };
+        assert_eq!(a.pod_metrics, ["http://a:8000", "http://b:8000"]);
+        assert_eq!(a.workload, WorkloadKind::NoSharing);
+
+        let strategies = parse(&["routing", "--local", "--strategies", "oracle,default"]).unwrap();
+        let Command::Routing(a) = strategies.command else {
+            panic!()
+        };
+        assert_eq!(a.strategies, [Strategy::Oracle, Strategy::RoundRobin]);
+        for bad in [
+            &["routing", "--local", "--url", "http://x"][..],
+            &["routing", "--local", "--strategies", "fastest"],
+            &["routing", "--local", "--pod-metrics", "http://a"],
+            &["routing", "--local", "-n", "5", "-d", "1s"],
+            &["routing", "--local", "--turns", "0"],
+            &["routing", "--local", "--workload", "everything"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST};
-use http::{Method, Request, Response};
-use http_body_util::Full;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
@@ -85,6 +85,21 @@ impl Client {
         Ok(Connection { sender })
     }
 
+    /// Sends `request` on a new connection and reads the whole answer, all
+    /// within `timeout` (probes, metrics scrapes).
+    pub async fn fetch(
+        &self,
+        request: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes)> {
+        tokio::time::timeout(timeout, async {
+            let mut connection = self.connect().await?;
+            connection.fetch(request).await
+        })
+        .await
+        .with_context(|| format!("no answer from {} within {timeout:?}", self.target))?
+    }
+
     /// A `POST path` with a JSON body.
     pub fn post(&self, path: &str, body: Bytes) -> Request<Full<Bytes>> {
         self.request(Method::POST, path, body)
@@ -129,6 +144,19 @@ impl Connection {
     ) -> Result<Response<Incoming>, hyper::Error> {
         self.sender.ready().await?;
         self.sender.send_request(request).await
+    }
+
+    /// Sends a request and reads the whole answer.
+    pub async fn fetch(&mut self, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes)> {
+        let response = self.send(request).await.context("request failed")?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .context("reading the answer failed")?
+            .to_bytes();
+        Ok((status, body))
     }
 
     /// Whether the server closed it (or it failed).

@@ -9,7 +9,9 @@
 //! (timing one request), [`load`] (driving a concurrency level), [`stats`]
 //! (percentiles), [`report`] (table and JSON), [`plot`] and [`glyphs`] (the
 //! PNG chart), [`tps`] (the scheduler's micro-benchmark) and [`publish`]
-//! (writing results to ConfigMaps).
+//! (writing results to ConfigMaps), and [`routing`] (prefix-cache use of
+//! routing strategies, with its own workload, driver, metrics, process and
+//! report modules).
 
 pub mod cli;
 pub mod client;
@@ -19,6 +21,7 @@ pub mod measure;
 pub mod plot;
 pub mod publish;
 pub mod report;
+pub mod routing;
 pub mod sse;
 pub mod stats;
 pub mod target;

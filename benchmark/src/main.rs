@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use flexinfer_bench::cli::{Cli, Command, LoadArgs, LogFormat, TpsArgs};
+use flexinfer_bench::cli::{Cli, Command, LoadArgs, LogFormat, RoutingArgs, TpsArgs};
 use flexinfer_bench::client::Client;
 use flexinfer_bench::load::{self, LevelSpec, Stop};
 use flexinfer_bench::plot;
 use flexinfer_bench::publish::{self, Destination};
 use flexinfer_bench::report::{LevelReport, LoadReport, LOAD_SCHEMA};
+use flexinfer_bench::routing::local::{self as routing_local, Binaries, SimSettings};
+use flexinfer_bench::routing::workload::ConversationSpec;
+use flexinfer_bench::routing::{self, LocalSpec, RoutingSpec, Strategy};
 use flexinfer_bench::target::Target;
 use flexinfer_bench::tps::{self, TpsSpec};
 use flexinfer_bench::workload::Workload;
@@ -28,6 +31,7 @@ fn main() -> ExitCode {
     let threads = match &cli.command {
         Command::Load(args) => args.threads,
         Command::Tps(_) => Some(1),
+        Command::Routing(args) => args.threads,
     };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = threads.filter(|n| *n > 0) {
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
                 match &cli.command {
                     Command::Load(args) => run_load(args).await,
                     Command::Tps(args) => run_tps(args).await,
+                    Command::Routing(args) => run_routing(args).await,
                 }
             })
         });
@@ -222,6 +227,141 @@ async fn run_tps(args: &TpsArgs) -> Result<()> {
         None => print_unpublished(&destination, &result, spec.min_duration),
     }
     Ok(())
+}
+
+/// Model served by the pods of `routing --local` unless --model is given.
+const LOCAL_MODEL: &str = "routing-model";
+
+async fn run_routing(args: &RoutingArgs) -> Result<()> {
+    if args.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let stop = match (args.requests, args.duration) {
+        (_, Some(d)) if d.is_zero() => bail!("--duration must be positive"),
+        (_, Some(d)) => Stop::Duration(d),
+        (Some(0), None) => bail!("--requests must be at least 1"),
+        (Some(n), None) => Stop::Requests(n),
+        (None, None) => Stop::Requests(400),
+    };
+    if args.tenants == 0 {
+        bail!("--tenants must be at least 1");
+    }
+    let model = match (&args.model, args.local) {
+        (Some(m), _) if !m.is_empty() => m.clone(),
+        (_, true) => LOCAL_MODEL.to_owned(),
+        _ => bail!("--model (MODEL_NAME) must be set"),
+    };
+    let local = if args.local {
+        if args.pods == 0 {
+            bail!("--pods must be at least 1");
+        }
+        if args.strategies.is_empty() {
+            bail!("--strategies must name at least one strategy");
+        }
+        for (name, v) in [
+            (
+                "--prefill-tokens-per-second",
+                args.prefill_tokens_per_second,
+            ),
+            ("--tokens-per-second", args.tokens_per_second),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                bail!("{name} must be a non-negative number");
+            }
+        }
+        let sim = routing_local::find_binary(
+            args.sim_bin.as_deref(),
+            "flexinfer-sim",
+            "flexinfer-conformance --bin flexinfer-sim",
+        )?;
+        let gateway = if args.strategies.iter().any(|s| *s != Strategy::Oracle) {
+            Some(routing_local::find_binary(
+                args.gateway_bin.as_deref(),
+                "flexinfer-gateway",
+                "flexinfer-gateway",
+            )?)
+        } else {
+            None
+        };
+        Some(LocalSpec {
+            pods: args.pods,
+            strategies: args.strategies.clone(),
+            sim: SimSettings {
+                model: model.clone(),
+                block_size: args.block_size,
+                prefix_cache_blocks: args.prefix_cache_blocks.unwrap_or_else(|| {
+                    routing_local::default_prefix_cache_blocks(args.system_tokens, args.block_size)
+                }),
+                prefill_tokens_per_second: args.prefill_tokens_per_second,
+                ttft_ms: args.ttft.as_secs_f64() * 1000.0,
+                tokens_per_second: args.tokens_per_second,
+                max_num_seqs: args.max_num_seqs,
+            },
+            binaries: Binaries { sim, gateway },
+        })
+    } else {
+        None
+    };
+    let spec = RoutingSpec {
+        url: if args.local { None } else { args.url.clone() },
+        api_key: args.api_key.clone(),
+        model,
+        label: args.label.clone(),
+        pod_metrics: args.pod_metrics.clone(),
+        conversations: ConversationSpec {
+            kind: args.workload,
+            tenants: args.tenants,
+            system_tokens: args.system_tokens,
+            user_tokens: args.user_tokens,
+            turns: args.turns,
+        },
+        concurrency: args.concurrency,
+        stop,
+        max_tokens: args.max_tokens,
+        seed: args.seed,
+        timeout: args.timeout,
+        local,
+    };
+    // An interrupt drops the run, and with it every process it started.
+    let report = tokio::select! {
+        report = routing::run(&spec) => report?,
+        signal = interrupted() => bail!("interrupted by {signal}"),
+    };
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some(path) = &args.plot {
+        routing::plot::write_png(&report, path)?;
+        tracing::info!(path = %path.display(), "chart written");
+    }
+    if !report.all_ran() {
+        let failed: Vec<&str> = report
+            .strategies
+            .iter()
+            .filter(|s| s.error.is_some() || s.succeeded == 0)
+            .map(|s| s.strategy.as_str())
+            .collect();
+        bail!("no successful request for {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM with the signal's name.
+async fn interrupted() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            return tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            };
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    "SIGINT"
 }
 
 fn print_unpublished(destination: &Destination, result: &tps::TpsResult, min_duration: Duration) {

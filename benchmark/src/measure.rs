@@ -1,6 +1,7 @@
 //! Timing one request: time to first token, gaps between tokens, output
 //! token count (from the server's `usage` when present, else one per
-//! content chunk of the stream), and how it failed when it did.
+//! content chunk of the stream), and how it failed when it did. The answer's
+//! text can be collected too, for clients that continue a conversation.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,24 @@ pub struct Usage {
     /// Generated tokens.
     #[serde(default)]
     pub completion_tokens: Option<u64>,
+    /// Breakdown of the prompt tokens (vLLM: `cached_tokens`).
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+impl Usage {
+    /// Prompt tokens served from the server's prefix cache, when reported.
+    pub fn cached_tokens(&self) -> Option<u64> {
+        self.prompt_tokens_details.and_then(|d| d.cached_tokens)
+    }
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens found in the prefix cache.
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -80,6 +99,8 @@ pub struct Success {
     pub output_tokens: u64,
     /// Prompt tokens the server reported.
     pub prompt_tokens: Option<u64>,
+    /// Of those, tokens the server reported as served from its prefix cache.
+    pub cached_tokens: Option<u64>,
     /// Whether `output_tokens` came from the server's `usage`.
     pub from_usage: bool,
     /// Tokens per second of this request: `(tokens - 1) / (last - first
@@ -107,7 +128,21 @@ pub async fn measure(
     gaps: &mut Vec<u32>,
 ) -> (Duration, Result<Success, String>) {
     let start = Instant::now();
-    let outcome = exchange(connection, request, stream, start, gaps).await;
+    let outcome = exchange(connection, request, stream, start, gaps, None).await;
+    (start.elapsed(), outcome)
+}
+
+/// [`measure`], also appending the answer's text (`delta.content` of a
+/// stream, `message.content` or `text` of a whole response) to `text`.
+pub async fn measure_with_text(
+    connection: &mut Connection,
+    request: Request<Full<Bytes>>,
+    stream: bool,
+    gaps: &mut Vec<u32>,
+    text: &mut String,
+) -> (Duration, Result<Success, String>) {
+    let start = Instant::now();
+    let outcome = exchange(connection, request, stream, start, gaps, Some(text)).await;
     (start.elapsed(), outcome)
 }
 
@@ -117,6 +152,7 @@ async fn exchange(
     stream: bool,
     start: Instant,
     gaps: &mut Vec<u32>,
+    mut text: Option<&mut String>,
 ) -> Result<Success, String> {
     let response = connection.send(request).await.map_err(|e| {
         if e.is_canceled() || e.is_closed() {
@@ -139,7 +175,7 @@ async fn exchange(
             .await
             .map_err(|_| "body".to_owned())?
             .to_bytes();
-        return whole_response(&bytes, start.elapsed());
+        return whole_response(&bytes, start.elapsed(), text);
     }
 
     let mut parser = SseParser::new();
@@ -181,6 +217,16 @@ async fn exchange(
                 .iter()
                 .any(|t| t.is_some_and(|t| !t.is_empty()))
             });
+            if let Some(text) = text.as_deref_mut() {
+                for choice in &chunk.choices {
+                    if let Some(content) = choice.delta.as_ref().and_then(|d| d.content.as_deref())
+                    {
+                        text.push_str(content);
+                    } else if let Some(content) = choice.text.as_deref() {
+                        text.push_str(content);
+                    }
+                }
+            }
             if has_content {
                 chunks += 1;
                 match last {
@@ -209,14 +255,25 @@ async fn exchange(
         ttft: first.map(|f| f - start),
         output_tokens,
         prompt_tokens: usage.and_then(|u| u.prompt_tokens),
+        cached_tokens: usage.and_then(|u| u.cached_tokens()),
         from_usage: reported.is_some(),
         tokens_per_second,
     })
 }
 
-fn whole_response(bytes: &[u8], latency: Duration) -> Result<Success, String> {
+fn whole_response(
+    bytes: &[u8],
+    latency: Duration,
+    text: Option<&mut String>,
+) -> Result<Success, String> {
     let completion: Completion =
         serde_json::from_slice(bytes).map_err(|_| "bad_body".to_owned())?;
+    if let Some(text) = text {
+        for choice in &completion.choices {
+            let content = choice.message.as_ref().and_then(|m| m.content.as_deref());
+            text.push_str(content.or(choice.text.as_deref()).unwrap_or(""));
+        }
+    }
     let reported = completion.usage.and_then(|u| u.completion_tokens);
     let output_tokens = reported.unwrap_or_else(|| {
         // Without usage, whitespace-separated words approximate tokens.
@@ -239,6 +296,7 @@ fn whole_response(bytes: &[u8], latency: Duration) -> Result<Success, String> {
         ttft: None,
         output_tokens,
         prompt_tokens: completion.usage.and_then(|u| u.prompt_tokens),
+        cached_tokens: completion.usage.and_then(|u| u.cached_tokens()),
         from_usage: reported.is_some(),
         tokens_per_second: (secs > 0.0 && output_tokens > 0).then(|| output_tokens as f64 / secs),
     })
@@ -255,18 +313,28 @@ mod tests {
 
     #[test]
     fn whole_responses_use_usage_or_count_words() {
-        let with_usage = br#"{"choices":[{"message":{"content":"a b c"}}],"usage":{"prompt_tokens":4,"completion_tokens":7}}"#;
-        let s = whole_response(with_usage, Duration::from_secs(2)).unwrap();
+        let with_usage = br#"{"choices":[{"message":{"content":"a b c"}}],"usage":{"prompt_tokens":4,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":2}}}"#;
+        let mut text = String::new();
+        let s = whole_response(with_usage, Duration::from_secs(2), Some(&mut text)).unwrap();
         assert_eq!(
-            (s.output_tokens, s.prompt_tokens, s.from_usage),
-            (7, Some(4), true)
+            (
+                s.output_tokens,
+                s.prompt_tokens,
+                s.cached_tokens,
+                s.from_usage
+            ),
+            (7, Some(4), Some(2), true)
         );
+        assert_eq!(text, "a b c");
         assert_eq!(s.tokens_per_second, Some(3.5));
         let without = br#"{"choices":[{"text":"one two three"}]}"#;
-        let s = whole_response(without, Duration::from_secs(1)).unwrap();
-        assert_eq!((s.output_tokens, s.from_usage), (3, false));
+        let s = whole_response(without, Duration::from_secs(1), None).unwrap();
         assert_eq!(
-            whole_response(b"nope", Duration::ZERO),
+            (s.output_tokens, s.cached_tokens, s.from_usage),
+            (3, None, false)
+        );
+        assert_eq!(
+            whole_response(b"nope", Duration::ZERO, None),
             Err("bad_body".into())
         );
     }

@@ -1,7 +1,8 @@
 //! The optional PNG chart (`--plot`): output tokens/s and requests/s (top)
 //! and TTFT and inter-token latency percentiles (bottom) per concurrency
 //! level. Plotters draws lines into an RGB buffer; labels come from
-//! [`crate::glyphs`]; the `png` crate encodes the file.
+//! [`crate::glyphs`]; the `png` crate encodes the file. The axis, legend and
+//! text helpers are shared with the routing chart.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -17,11 +18,12 @@ use crate::report::LoadReport;
 /// Image size in pixels.
 pub const SIZE: (u32, u32) = (1000, 760);
 
-const SCALE: i32 = 2;
-const MARGIN_LEFT: i32 = 90;
-const MARGIN_RIGHT: i32 = 30;
-const MARGIN_TOP: i32 = 50;
-const MARGIN_BOTTOM: i32 = 50;
+/// Glyph scale of every label.
+pub(crate) const SCALE: i32 = 2;
+pub(crate) const MARGIN_LEFT: i32 = 90;
+pub(crate) const MARGIN_RIGHT: i32 = 30;
+pub(crate) const MARGIN_TOP: i32 = 50;
+pub(crate) const MARGIN_BOTTOM: i32 = 50;
 /// Space between the y axis (or right edge) and the first (last) level.
 const X_INSET: i32 = 30;
 
@@ -36,13 +38,18 @@ pub fn write_png(report: &LoadReport, path: &Path) -> Result<()> {
     let (w, h) = SIZE;
     let mut buffer = vec![0u8; (w * h * 3) as usize];
     draw(report, &mut buffer).map_err(|e| anyhow::anyhow!("cannot draw the chart: {e}"))?;
+    write_rgb(&buffer, SIZE, path)
+}
+
+/// Encodes an RGB buffer of `size` pixels as a PNG file.
+pub(crate) fn write_rgb(buffer: &[u8], (w, h): (u32, u32), path: &Path) -> Result<()> {
     let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut encoder = png::Encoder::new(BufWriter::new(file), w, h);
     encoder.set_color(png::ColorType::Rgb);
     encoder.set_depth(png::BitDepth::Eight);
     encoder
         .write_header()
-        .and_then(|mut writer| writer.write_image_data(&buffer))
+        .and_then(|mut writer| writer.write_image_data(buffer))
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
@@ -150,6 +157,52 @@ where
         let plot_h = height - MARGIN_TOP - MARGIN_BOTTOM;
         height - MARGIN_BOTTOM - (plot_h as f64 * v / ytop) as i32
     };
+    y_axis(area, width, ytop, step, y)?;
+    for (i, level) in levels.iter().enumerate() {
+        let label_x = x(i) - glyphs::text_width(level, SCALE) / 2;
+        text(area, level, label_x, y(0.0) + 10, &BLACK)?;
+    }
+    text(area, title, MARGIN_LEFT, 12, &BLACK)?;
+    let caption = "CONCURRENCY";
+    text(
+        area,
+        caption,
+        width - MARGIN_RIGHT - glyphs::text_width(caption, SCALE),
+        y(0.0) + 30,
+        &BLACK,
+    )?;
+    let entries: Vec<(&str, RGBColor)> = series.iter().map(|s| (s.name, s.color)).collect();
+    legend(area, width, &entries)?;
+    for s in series {
+        let points: Vec<(i32, i32)> = s
+            .values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (x(i), y(v))))
+            .collect();
+        area.draw(&PathElement::new(points.clone(), s.color.stroke_width(3)))?;
+        for (px, py) in points {
+            area.draw(&Rectangle::new(
+                [(px - 4, py - 4), (px + 4, py + 4)],
+                s.color.filled(),
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+/// Horizontal grid lines with their labels every `step` up to `ytop`, and
+/// the axes; `y` maps a value to its pixel row.
+pub(crate) fn y_axis<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    width: i32,
+    ytop: f64,
+    step: f64,
+    y: impl Fn(f64) -> i32,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
     let grid = RGBColor(225, 225, 225);
     let mut tick = 0.0;
     while tick <= ytop + step / 2.0 {
@@ -176,47 +229,32 @@ where
         ],
         BLACK,
     ))?;
-    for (i, level) in levels.iter().enumerate() {
-        let label_x = x(i) - glyphs::text_width(level, SCALE) / 2;
-        text(area, level, label_x, y(0.0) + 10, &BLACK)?;
-    }
-    text(area, title, MARGIN_LEFT, 12, &BLACK)?;
-    let caption = "CONCURRENCY";
-    text(
-        area,
-        caption,
-        width - MARGIN_RIGHT - glyphs::text_width(caption, SCALE),
-        y(0.0) + 30,
-        &BLACK,
-    )?;
+    Ok(())
+}
+
+/// Colour boxes and names, right-aligned at the top of the panel.
+pub(crate) fn legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    width: i32,
+    entries: &[(&str, RGBColor)],
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
     let mut legend_x = width - MARGIN_RIGHT;
-    for s in series.iter().rev() {
-        legend_x -= glyphs::text_width(s.name, SCALE) + 40;
+    for (name, color) in entries.iter().rev() {
+        legend_x -= glyphs::text_width(name, SCALE) + 40;
         area.draw(&Rectangle::new(
             [(legend_x, 14), (legend_x + 12, 26)],
-            s.color.filled(),
+            color.filled(),
         ))?;
-        text(area, s.name, legend_x + 18, 13, &BLACK)?;
-    }
-    for s in series {
-        let points: Vec<(i32, i32)> = s
-            .values
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| v.map(|v| (x(i), y(v))))
-            .collect();
-        area.draw(&PathElement::new(points.clone(), s.color.stroke_width(3)))?;
-        for (px, py) in points {
-            area.draw(&Rectangle::new(
-                [(px - 4, py - 4), (px + 4, py + 4)],
-                s.color.filled(),
-            ))?;
-        }
+        text(area, name, legend_x + 18, 13, &BLACK)?;
     }
     Ok(())
 }
 
-fn text<DB: DrawingBackend>(
+/// Draws `text` with its top-left corner at (`left`, `top`).
+pub(crate) fn text<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     text: &str,
     left: i32,
@@ -233,7 +271,7 @@ where
 }
 
 /// A round step (1, 2 or 5 times a power of ten) near `raw`.
-fn nice_step(raw: f64) -> f64 {
+pub(crate) fn nice_step(raw: f64) -> f64 {
     if !raw.is_finite() || raw <= 0.0 {
         return 1.0;
     }
@@ -251,7 +289,8 @@ fn nice_step(raw: f64) -> f64 {
     nice * power
 }
 
-fn format_tick(v: f64) -> String {
+/// An axis label: `5K`, `25`, `0.5`.
+pub(crate) fn format_tick(v: f64) -> String {
     if v >= 1000.0 && (v / 1000.0).fract() == 0.0 {
         format!("{}K", v / 1000.0)
     } else if v.fract() == 0.0 {

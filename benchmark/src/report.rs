@@ -239,6 +239,7 @@ mod tests {
                 ttft: Some(Duration::from_millis(ms / 4)),
                 output_tokens: tokens,
                 prompt_tokens: Some(3),
+                cached_tokens: None,
                 from_usage: true,
                 tokens_per_second: Some(50.0),
             }),

@@ -96,7 +96,7 @@ impl fmt::Display for Length {
 }
 
 /// Short, common English words: one token each in the usual tokenizers.
-const WORDS: [&str; 32] = [
+pub const WORDS: [&str; 32] = [
     "the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "was", "with", "as", "at",
     "be", "by", "this", "from", "or", "an", "are", "not", "but", "have", "all", "one", "can",
     "new", "more", "time", "like", "when",

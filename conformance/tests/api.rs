@@ -103,7 +103,7 @@ async fn chat_completion_has_openai_shape_and_lengths() {
     assert_eq!(content.split_whitespace().count(), 7);
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 4, "completion_tokens": 7, "total_tokens": 11})
+        json!({"prompt_tokens": 4, "completion_tokens": 7, "total_tokens": 11, "prompt_tokens_details": {"cached_tokens": 0}})
     );
 
     // Deterministic: the same request gives the same text.
@@ -173,7 +173,7 @@ async fn streamed_chat_follows_openai_framing_with_usage_chunk() {
     assert_eq!(chunks[6]["choices"], json!([]));
     assert_eq!(
         chunks[6]["usage"],
-        json!({"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8})
+        json!({"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8, "prompt_tokens_details": {"cached_tokens": 0}})
     );
 
     // The streamed text equals the non-streamed one.
@@ -218,7 +218,7 @@ async fn text_completions_whole_and_streamed() {
     assert_eq!(body["choices"].as_array().map(Vec::len), Some(2));
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9})
+        json!({"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10, "prompt_tokens_details": {"cached_tokens": 0}})
     );
 
     let text = post_json(
@@ -256,7 +256,7 @@ async fn embeddings_are_deterministic_unit_vectors() {
     let vector: Vec<f32> = serde_json::from_value(data[0]["embedding"].clone()).expect("floats");
     assert_eq!(vector, synth::embedding("hello world", 16));
     assert_eq!(data[1]["index"], 1);
-    assert_eq!(body["usage"]["prompt_tokens"], 3);
+    assert_eq!(body["usage"]["prompt_tokens"], 4);
 
     let body: Value = post_json(
         &base,

@@ -105,6 +105,10 @@ pub const COMPONENT_RUNTIME: &str = "flexinfer-runtime";
 /// `least-loaded`; anything else means Service DNS). See
 /// [`crate::routing::RoutingStrategy`].
 pub const ROUTING: &str = "flexinfer.ai/routing";
+/// Model annotation: knobs of `cache-aware` routing as comma-separated
+/// `key=value` pairs (`prefixWeight`, `loadWeight`, `kvWeight`, `blockSize`,
+/// `blocksPerEndpoint`, `loadBoundFloor`), as the model file's `cacheAware`.
+pub const CACHE_AWARE: &str = "flexinfer.ai/cache-aware";
 /// Model annotation: comma-separated path prefixes the model serves; other
 /// paths get 404.
 pub const SERVE_PATHS: &str = "flexinfer.ai/serve-paths";

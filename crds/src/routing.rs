@@ -22,6 +22,9 @@ pub enum RoutingStrategy {
     Prefix,
     /// `least-loaded`: the pod with the fewest active connections.
     LeastLoaded,
+    /// `cache-aware`: the pod with the best score of cached prompt prefix
+    /// and load (the gateway's prefix index and the engines' metrics).
+    CacheAware,
 }
 
 impl RoutingStrategy {
@@ -33,6 +36,7 @@ impl RoutingStrategy {
             Some("session-affinity") => RoutingStrategy::SessionAffinity,
             Some("prefix") => RoutingStrategy::Prefix,
             Some("least-loaded") => RoutingStrategy::LeastLoaded,
+            Some("cache-aware") => RoutingStrategy::CacheAware,
             _ => RoutingStrategy::ServiceDns,
         }
     }
@@ -44,6 +48,7 @@ impl RoutingStrategy {
             RoutingStrategy::SessionAffinity => Some("session-affinity"),
             RoutingStrategy::Prefix => Some("prefix"),
             RoutingStrategy::LeastLoaded => Some("least-loaded"),
+            RoutingStrategy::CacheAware => Some("cache-aware"),
         }
     }
 
@@ -97,6 +102,7 @@ mod tests {
             RoutingStrategy::SessionAffinity,
             RoutingStrategy::Prefix,
             RoutingStrategy::LeastLoaded,
+            RoutingStrategy::CacheAware,
         ] {
             assert_eq!(
                 RoutingStrategy::from_annotation(strategy.annotation_value()),

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use criterion::{criterion_group, criterion_main, Criterion};
 use flexinfer_gateway::extract::RawJson;
 use flexinfer_gateway::routing::{
-    prefix_key, session_key, EndpointSet, RoutingInputs, RoutingOptions, Strategy, Upstream,
-    CACHE_KEY_HEADER, SESSION_ID_HEADER,
+    prefix_key, session_key, CacheAwareRequest, EndpointSet, PromptBlocks, RoutingInputs,
+    RoutingOptions, Strategy, Upstream, CACHE_KEY_HEADER, DEFAULT_BLOCK_SIZE, SESSION_ID_HEADER,
 };
 use http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
@@ -124,5 +124,60 @@ fn bench_keys(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_select, bench_keys);
+/// `n` endpoints on distinct addresses (any count, unlike [`pods`]).
+fn many_pods(n: usize) -> EndpointSet {
+    EndpointSet::new(
+        (0..n)
+            .map(|i| {
+                let [_, _, hi, lo] = (i as u32).to_be_bytes();
+                Upstream::from(SocketAddr::from(([10, 1, hi, lo], 8000)))
+            })
+            .collect(),
+    )
+}
+
+/// Cache-aware selection as the proxy runs it per attempt: prefix lookup
+/// over the index, scoring every endpoint, the in-flight guard, and
+/// recording the prompt's blocks; with 64 tenants' prompts already spread
+/// over the endpoints and some load on them.
+fn bench_cache_aware(c: &mut Criterion) {
+    let text = chat_body();
+    let Ok(parsed) = serde_json::from_str::<Body<'_>>(&text) else {
+        return;
+    };
+    let body = RoutingInputs {
+        messages: parsed.messages.map(|m| RawJson::new(m.get())),
+        ..RoutingInputs::default()
+    };
+    let opts = RoutingOptions::default();
+    c.bench_function(
+        &format!("cache-aware/prompt-blocks-chat-{}B", text.len()),
+        |b| b.iter(|| PromptBlocks::of_request(black_box(&body), DEFAULT_BLOCK_SIZE)),
+    );
+    let blocks = PromptBlocks::of_request(&body, DEFAULT_BLOCK_SIZE);
+    for n in [16, 256] {
+        let set = many_pods(n);
+        for tenant in 0..64u64 {
+            let prompt: Vec<u64> = (0..blocks.len() as u64).map(|b| tenant << 32 | b).collect();
+            set.prefix_index().record(
+                set.upstream(tenant as usize % n).addr,
+                &prompt,
+                opts.cache_aware.capacity(None),
+            );
+        }
+        let _load: Vec<_> = (0..n)
+            .flat_map(|i| (0..i % 3).map(move |_| i))
+            .map(|i| set.track(i))
+            .collect();
+        let request = CacheAwareRequest {
+            blocks: blocks.hashes(),
+            ..CacheAwareRequest::default()
+        };
+        c.bench_function(&format!("cache-aware/pick-{n}-endpoints"), |b| {
+            b.iter(|| set.pick_cache_aware(black_box(&request), &opts, &[]))
+        });
+    }
+}
+
+criterion_group!(benches, bench_select, bench_keys, bench_cache_aware);
 criterion_main!(benches);

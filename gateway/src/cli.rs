@@ -209,6 +209,22 @@ pub struct Cli {
     #[arg(long, env = "PROXY_ROUTING_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
     pub routing_enabled: bool,
 
+    /// Add `X-Flexinfer-Route: endpoint=<pod>; strategy=<s>[; reason=<why>]` to
+    /// proxied responses, naming where the request went and why (debugging;
+    /// it reveals endpoint addresses, so it is off by default).
+    #[arg(long, env = "FLEXINFER_PROXY_ROUTE_DEBUG_HEADER", default_value_t = false, action = clap::ArgAction::Set)]
+    pub route_debug_header: bool,
+
+    /// How often the engines of `cache-aware` models are asked for their load
+    /// (`GET /metrics`: queue, running requests, KV-cache use, LoRA adapters).
+    #[arg(long, env = "FLEXINFER_PROXY_LOAD_SCRAPE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub load_scrape_interval: Duration,
+
+    /// Longest a load scrape may take; an engine that does not answer in time
+    /// is scored on the gateway's own request counts until it does.
+    #[arg(long, env = "FLEXINFER_PROXY_LOAD_SCRAPE_TIMEOUT", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub load_scrape_timeout: Duration,
+
     /// Connection attempts per request, each on another endpoint when one exists (1 to 3).
     #[arg(
         long,

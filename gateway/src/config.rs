@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::paths::PathPolicy;
-use crate::routing::{Strategy, Upstream};
+use crate::routing::{CacheAwareOptions, Strategy, Upstream};
 
 /// Longest model name or alias accepted, in bytes.
 pub const MAX_MODEL_NAME_LEN: usize = 256;
@@ -82,12 +82,16 @@ pub struct ModelSpec {
     /// Name put in the forwarded JSON body; defaults to `name`.
     #[serde(default)]
     pub backend_model: Option<String>,
-    /// Routing strategy: `default`, `session-affinity`, `prefix` or `least-loaded`.
+    /// Routing strategy: `default`, `session-affinity`, `prefix`, `least-loaded`
+    /// or `cache-aware`.
     #[serde(default)]
     pub routing: Option<String>,
     /// Bounded-load factor for hash strategies (e.g. `1.25`); off when absent.
     #[serde(default)]
     pub bounded_load: Option<f64>,
+    /// Weights and sizes of `routing: cache-aware`.
+    #[serde(default)]
+    pub cache_aware: Option<CacheAwareSpec>,
     /// Upstream pods, as `http://host:port` URLs.
     #[serde(default)]
     pub endpoints: Vec<String>,
@@ -128,6 +132,48 @@ pub struct ModelSpec {
     pub gpu: Option<GpuSpec>,
 }
 
+/// Knobs of cache-aware routing; each one absent keeps its default
+/// (see `docs/routing.md`).
+#[derive(Debug, Clone, Copy, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CacheAwareSpec {
+    /// Weight of the cached-prefix share (default 2).
+    #[serde(default)]
+    pub prefix_weight: Option<f64>,
+    /// Weight of the relative load (default 1).
+    #[serde(default)]
+    pub load_weight: Option<f64>,
+    /// Weight of the engine's KV-cache use (default 0.5).
+    #[serde(default)]
+    pub kv_weight: Option<f64>,
+    /// Tokens per block, as the engine's block size (default 16).
+    #[serde(default)]
+    pub block_size: Option<usize>,
+    /// Blocks remembered per endpoint (default: the KV-cache size the
+    /// engine reports, else 16384).
+    #[serde(default)]
+    pub blocks_per_endpoint: Option<usize>,
+    /// Requests in flight a pod always may hold before load spills a hot
+    /// prefix elsewhere (default 4).
+    #[serde(default)]
+    pub load_bound_floor: Option<usize>,
+}
+
+impl CacheAwareSpec {
+    /// The options, defaults filled in.
+    pub fn options(&self) -> CacheAwareOptions {
+        let d = CacheAwareOptions::default();
+        CacheAwareOptions {
+            prefix_weight: self.prefix_weight.unwrap_or(d.prefix_weight),
+            load_weight: self.load_weight.unwrap_or(d.load_weight),
+            kv_weight: self.kv_weight.unwrap_or(d.kv_weight),
+            block_size: self.block_size.unwrap_or(d.block_size),
+            blocks_per_endpoint: self.blocks_per_endpoint.or(d.blocks_per_endpoint),
+            load_bound_floor: self.load_bound_floor.unwrap_or(d.load_bound_floor),
+        }
+    }
+}
+
 /// A LoRA adapter: requests for `name` go to the base model's pods with
 /// `adapter` (default `name`) as the model the backend sees.
 #[derive(Debug, Clone, Deserialize)]
@@ -164,6 +210,8 @@ pub struct ModelConfig {
     pub strategy: Strategy,
     /// Bounded-load factor for hash strategies.
     pub bounded_load: Option<f64>,
+    /// Weights and sizes of cache-aware routing.
+    pub cache_aware: CacheAwareOptions,
     /// Upstream pods.
     pub upstreams: Vec<Upstream>,
     /// LoRA adapter name → adapter name sent upstream.
@@ -331,6 +379,10 @@ impl ModelTable {
                     )));
                 }
             }
+            let cache_aware = spec.cache_aware.unwrap_or_default().options();
+            cache_aware
+                .validate()
+                .map_err(|e| ConfigError::Invalid(format!("model '{}': {e}", spec.name)))?;
             if let Some(rl) = spec.rate_limit {
                 if !(rl.requests_per_second.is_finite() && rl.requests_per_second > 0.0) {
                     return Err(ConfigError::Invalid(format!(
@@ -378,6 +430,7 @@ impl ModelTable {
                 aliases: spec.aliases,
                 strategy,
                 bounded_load: spec.bounded_load,
+                cache_aware,
                 upstreams,
                 lora,
                 rate_limit: spec.rate_limit,

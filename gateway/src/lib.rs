@@ -20,6 +20,7 @@ pub mod global;
 pub mod health_checks;
 pub mod http_get;
 pub mod kube;
+pub mod load_scraper;
 pub mod local;
 pub mod logging;
 pub mod metrics;

@@ -38,6 +38,10 @@ pub struct Metrics {
     pub retries: IntCounterVec,
     /// Routing decisions by model, strategy and key source.
     pub routing: IntCounterVec,
+    /// Cache-aware picks by reason (prefix_hit, load, session, fallback).
+    pub cache_aware_picks: IntCounterVec,
+    /// Load scrapes of cache-aware models' engines by result.
+    pub load_scrapes: IntCounterVec,
     /// Model file reloads by result.
     pub reloads: IntCounterVec,
     /// Time requests waited for a cold start, by model.
@@ -153,6 +157,16 @@ impl Metrics {
                 "flexinfer_proxy_routing_decisions_total",
                 "Routing decisions by strategy and key source.",
                 &["model", "strategy", "key_source"],
+            ),
+            cache_aware_picks: counter(
+                "flexinfer_proxy_cache_aware_picks_total",
+                "Endpoints chosen by cache-aware routing, by reason: prefix_hit (it holds the longest cached prefix), load (no prefix held, or its holder was too busy), session (a client-named session), fallback (no prompt blocks to score).",
+                &["model", "reason"],
+            ),
+            load_scrapes: counter(
+                "flexinfer_proxy_load_scrapes_total",
+                "Engine /metrics scrapes of cache-aware models, by result (ok, error, unrecognised).",
+                &["model", "result"],
             ),
             reloads: counter(
                 "flexinfer_proxy_config_reloads_total",

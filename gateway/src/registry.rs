@@ -200,6 +200,7 @@ fn build_route(
         strategy: model.strategy,
         options: RoutingOptions {
             bounded_load: model.bounded_load,
+            cache_aware: model.cache_aware,
         },
         endpoints,
         limiter,

@@ -96,6 +96,7 @@ fn gateway(
         max_attempts: cli.attempts(),
         outlier: cli.outlier_policy(),
         routing_enabled: cli.routing_enabled,
+        route_debug_header: cli.route_debug_header,
         ..ProxySettings::default()
     };
     mode.upstreams.apply(&mut settings);

@@ -272,3 +272,258 @@ async fn least_loaded_sends_new_requests_to_the_idle_pod() {
 async fn metric_value_now(gw: &Gateway, series: &str) -> f64 {
     support::metric_value(&gw.metrics().await, series)
 }
+
+/// A tenant's long system prompt (about 1,000 tokens by the 4-bytes rule),
+/// distinct per tenant from the first byte.
+fn system_prompt(tenant: usize) -> String {
+    (0..700)
+        .map(|w| format!("t{tenant}w{}", (w * 7919 + tenant * 104_729) % 10_007))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn tenant_turn(tenant: usize, turn: usize) -> Vec<u8> {
+    let mut messages = vec![json!({"role": "system", "content": system_prompt(tenant)})];
+    for t in 0..=turn {
+        messages
+            .push(json!({"role": "user", "content": format!("question {t} of tenant {tenant}")}));
+        if t < turn {
+            messages.push(json!({"role": "assistant", "content": format!("answer {t}")}));
+        }
+    }
+    serde_json::to_vec(&json!({"model": "m", "messages": messages, "max_tokens": 2})).unwrap()
+}
+
+/// Sum of one metric over the simulators' /metrics.
+async fn sims_metric(sims: &[&SimProcess], name: &str) -> f64 {
+    let mut total = 0.0;
+    for sim in sims {
+        let text = support::client()
+            .get(format!("{}/metrics", sim.base_url()))
+            .send()
+            .await
+            .expect("sim metrics")
+            .text()
+            .await
+            .unwrap_or_default();
+        total += text
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_aware_routing_sends_each_prefix_where_it_is_cached() {
+    // Each pod's cache holds about three tenants' prompts (3 × 62 blocks).
+    let cache = ["--prefix-cache-blocks", "200"];
+    let sims: Vec<SimProcess> = PODS.iter().map(|p| pod(p, &["m"], &cache)).collect();
+    let refs: Vec<&SimProcess> = sims.iter().collect();
+    let gw = Gateway::start(
+        &model_yaml("cache-aware", &refs),
+        &["--route-debug-header", "true"],
+    );
+    let url = gw.url("/v1/chat/completions");
+
+    // Eight tenants, four turns each, interleaved: every turn resends the
+    // tenant's history.
+    let mut home: HashMap<usize, String> = HashMap::new();
+    let mut reasons: HashMap<String, usize> = HashMap::new();
+    for turn in 0..4 {
+        for tenant in 0..8 {
+            let resp = post_json(&url, &tenant_turn(tenant, turn), &[]).await;
+            assert_eq!(resp.status(), 200);
+            let route = resp
+                .headers()
+                .get("x-flexinfer-route")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            assert!(route.contains("strategy=cache-aware"), "{route}");
+            let reason = route
+                .rsplit("reason=")
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            *reasons.entry(reason).or_default() += 1;
+            let pod = served_by(&resp);
+            let first = home.entry(tenant).or_insert_with(|| pod.clone());
+            assert_eq!(*first, pod, "tenant {tenant} moved at turn {turn}");
+        }
+    }
+    // Two tenants per pod: the first turns were spread by load.
+    let mut per_pod: HashMap<&String, usize> = HashMap::new();
+    for pod in home.values() {
+        *per_pod.entry(pod).or_default() += 1;
+    }
+    assert!(per_pod.values().all(|&n| n == 2), "{per_pod:?}");
+    assert_eq!(reasons.get("prefix_hit"), Some(&24), "{reasons:?}");
+    assert_eq!(reasons.get("load"), Some(&8), "{reasons:?}");
+
+    // The engines agree: every repeated system prompt was a cache hit.
+    let queries = sims_metric(&refs, "vllm:prefix_cache_queries_total").await;
+    let hits = sims_metric(&refs, "vllm:prefix_cache_hits_total").await;
+    assert!(hits / queries > 0.7, "hit rate {hits}/{queries}");
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        support::metric_value(
+            &metrics,
+            "flexinfer_proxy_cache_aware_picks_total{model=\"m\",reason=\"prefix_hit\"}"
+        ),
+        24.0
+    );
+
+    // A pod that leaves the model is forgotten: its tenants move, and
+    // nothing is sent to it again.
+    let gone = home[&0].clone();
+    let kept: Vec<&SimProcess> = sims
+        .iter()
+        .zip(PODS)
+        .filter(|(_, name)| **name != gone)
+        .map(|(s, _)| s)
+        .collect();
+    gw.reload(&model_yaml("cache-aware", &kept)).await;
+    for tenant in 0..8 {
+        let resp = post_json(&url, &tenant_turn(tenant, 4), &[]).await;
+        assert_eq!(resp.status(), 200);
+        assert_ne!(served_by(&resp), gone);
+    }
+}
+
+/// A model server whose inference API is a simulator's but whose
+/// `/metrics` is broken in the way `metrics` says: `garbage`, `slow`
+/// (never answers) or `missing` (404).
+async fn broken_metrics_pod(sim: &SimProcess, metrics: &'static str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let upstream = sim.base_url();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 65536];
+                // Read the head and (by Content-Length) the body.
+                let (head_end, length) = loop {
+                    let Ok(n) = conn.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        break (end + 4, length);
+                    }
+                };
+                while buf.len() < head_end + length {
+                    let Ok(n) = conn.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let (status, body) = if path == "/metrics" {
+                    match metrics {
+                        "slow" => {
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                            return;
+                        }
+                        "missing" => (404, b"not found".to_vec()),
+                        _ => (
+                            200,
+                            b"<html>vllm:num_requests_waiting{ oops\n\x00\xff".to_vec(),
+                        ),
+                    }
+                } else {
+                    let resp = support::client()
+                        .post(format!("{upstream}{path}"))
+                        .header("content-type", "application/json")
+                        .body(buf[head_end..head_end + length].to_vec())
+                        .send()
+                        .await
+                        .expect("sim answers");
+                    let status = resp.status().as_u16();
+                    (status, resp.bytes().await.unwrap_or_default().to_vec())
+                };
+                let head = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(&body).await;
+            });
+        }
+    });
+    format!("\"http://{addr}\"")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_aware_routing_never_fails_a_request_over_broken_engine_metrics() {
+    let sims: Vec<SimProcess> = ["pod-a", "pod-b", "pod-c"]
+        .iter()
+        .map(|p| pod(p, &["m"], &[]))
+        .collect();
+    let mut urls = Vec::new();
+    for (sim, kind) in sims.iter().zip(["garbage", "slow", "missing"]) {
+        urls.push(broken_metrics_pod(sim, kind).await);
+    }
+    let yaml = format!(
+        "models:\n- name: m\n  routing: cache-aware\n  endpoints: [{}]\n",
+        urls.join(", ")
+    );
+    let gw = Gateway::start(
+        &yaml,
+        &[
+            "--load-scrape-interval",
+            "100ms",
+            "--load-scrape-timeout",
+            "200ms",
+            "--route-debug-header",
+            "true",
+        ],
+    );
+    let url = gw.url("/v1/chat/completions");
+    let started = Instant::now();
+    let mut served: HashMap<String, usize> = HashMap::new();
+    while started.elapsed() < Duration::from_secs(2) {
+        for tenant in 0..6 {
+            let resp = post_json(&url, &tenant_turn(tenant, 0), &[]).await;
+            assert_eq!(resp.status(), 200);
+            let route = resp
+                .headers()
+                .get("x-flexinfer-route")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let endpoint = route.split(';').next().unwrap_or_default().to_owned();
+            *served.entry(endpoint).or_default() += 1;
+        }
+    }
+    // Every pod keeps serving: none is dropped for its metrics.
+    assert_eq!(served.len(), 3, "{served:?}");
+    let metrics = gw.metrics().await;
+    for result in ["error", "unrecognised"] {
+        let series =
+            format!("flexinfer_proxy_load_scrapes_total{{model=\"m\",result=\"{result}\"}}");
+        assert!(
+            support::metric_value(&metrics, &series) >= 2.0,
+            "{series} in {metrics}"
+        );
+    }
+}

@@ -16,10 +16,22 @@ use super::config::{self, LoraModule, SimConfig};
     long_about = "Simulated OpenAI-compatible model server that behaves like vLLM from the \
 outside: /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings, \
 /v1/images/generations, /v1/images/edits, /v1/load_lora_adapter, /v1/unload_lora_adapter, \
-/health, /metrics (vllm: gauges). Load time, time to first token, token rate, concurrency and \
-failures are configurable. Every request is recorded (GET/DELETE /sim/requests) and any other \
-path echoes what it received.\n\nOn start it prints one line to stdout: \
-`flexinfer-sim listening on http://<addr>`."
+/health, /metrics (vllm: gauges). Load time, time to first token, prefill and token rate, \
+concurrency, prefix caching and failures are configurable. Every request is recorded \
+(GET/DELETE /sim/requests) and any other path echoes what it received.\n\n\
+Prefix cache (like vLLM's automatic prefix caching): a prompt is rendered to bytes (each chat \
+message's content text, or the concatenated text of its parts, followed by \"\\n\"; a \
+completion's prompt string, the first of an array; token ids as 4 bytes each), a token is 4 of \
+those bytes (rounded up; usage.prompt_tokens counts these) and a block is --block-size tokens. \
+Full blocks are hashed in a chain, h_i = xxh3_64_with_seed(block_i, h_i-1) with h_-1 = 0, and \
+kept in an LRU of --prefix-cache-blocks blocks. When a request gets its slot, its leading cached \
+blocks are usage.prompt_tokens_details.cached_tokens (less the last block when every prompt \
+token would be cached) and count in vllm:prefix_cache_hits_total (lookups in \
+vllm:prefix_cache_queries_total); the other prompt tokens are prefilled at \
+--prefill-tokens-per-second before the first token. POST /sim/prefix-match with a chat or \
+completion body answers {\"prompt_tokens\": N, \"cached_tokens\": M, \"block_size\": B} for \
+that request as admission would now, without touching the cache or the metrics.\n\n\
+On start it prints one line to stdout: `flexinfer-sim listening on http://<addr>`."
 )]
 pub struct SimArgs {
     /// Run something other than the server.
@@ -76,9 +88,17 @@ pub struct ServeArgs {
     #[arg(long, env = "FLEXINFER_SIM_STARTUP_DELAY", value_parser = humantime::parse_duration, default_value = "0s")]
     pub startup_delay: Duration,
 
-    /// Time to first token, from the moment a request gets a generation slot.
+    /// Time to first token, from the moment a request gets a generation slot, plus the prefill
+    /// time of --prefill-tokens-per-second.
     #[arg(long, env = "FLEXINFER_SIM_TTFT", value_parser = humantime::parse_duration, default_value = "0s")]
     pub ttft: Duration,
+
+    /// Prompt tokens prefilled per second: the first token comes --ttft + uncached prompt tokens /
+    /// rate after the request gets its slot (tokens found in the prefix cache cost nothing;
+    /// embeddings pay for all their tokens). 0 means instant prefill; realistic demos use about
+    /// 4000.
+    #[arg(long, env = "FLEXINFER_SIM_PREFILL_TOKENS_PER_SECOND", value_parser = parse_non_negative, default_value_t = 0.0)]
+    pub prefill_tokens_per_second: f64,
 
     /// Tokens generated per second after the first, for streaming and non-streaming requests
     /// (a non-streaming answer arrives after TTFT + (tokens - 1) / rate); 0 means instant.
@@ -86,8 +106,14 @@ pub struct ServeArgs {
     pub tokens_per_second: f64,
 
     /// Requests generating at once; further requests wait in a FIFO queue (shown as
-    /// vllm:num_requests_waiting). 0 means unlimited.
-    #[arg(long, env = "FLEXINFER_SIM_MAX_CONCURRENCY", default_value_t = 0)]
+    /// vllm:num_requests_waiting). 0 means unlimited. Also accepted as --max-num-seqs (vLLM's
+    /// name).
+    #[arg(
+        long,
+        alias = "max-num-seqs",
+        env = "FLEXINFER_SIM_MAX_CONCURRENCY",
+        default_value_t = 0
+    )]
     pub max_concurrency: usize,
 
     /// Fraction (0..=1) of inference requests answered 500 at random.
@@ -116,6 +142,17 @@ pub struct ServeArgs {
     #[arg(long, env = "FLEXINFER_SIM_KV_CACHE_TOKENS", default_value_t = config::DEFAULT_KV_CACHE_TOKENS)]
     pub kv_cache_tokens: u64,
 
+    /// Tokens per KV-cache block (vLLM's --block-size): the prefix cache stores and matches whole
+    /// blocks of block-size * 4 bytes of rendered prompt (a token is 4 bytes); a trailing partial
+    /// block is never cached.
+    #[arg(long, env = "FLEXINFER_SIM_BLOCK_SIZE", value_parser = clap::value_parser!(u32).range(1..), default_value_t = config::DEFAULT_BLOCK_SIZE)]
+    pub block_size: u32,
+
+    /// Prefix cache capacity in blocks, shared by all requests of this process and evicted least
+    /// recently used first; 0 disables prefix caching (nothing is ever cached).
+    #[arg(long, env = "FLEXINFER_SIM_PREFIX_CACHE_BLOCKS", default_value_t = config::DEFAULT_PREFIX_CACHE_BLOCKS)]
+    pub prefix_cache_blocks: usize,
+
     /// How many requests GET /sim/requests keeps (the newest); 0 disables recording.
     #[arg(long, env = "FLEXINFER_SIM_RECORDER_CAPACITY", default_value_t = config::DEFAULT_RECORDER_CAPACITY)]
     pub recorder_capacity: usize,
@@ -142,6 +179,7 @@ impl ServeArgs {
             pod_name: self.pod_name.clone(),
             startup_delay: self.startup_delay,
             ttft: self.ttft,
+            prefill_tokens_per_second: self.prefill_tokens_per_second,
             tokens_per_second: self.tokens_per_second,
             max_concurrency: self.max_concurrency,
             fail_rate: self.fail_rate,
@@ -150,6 +188,8 @@ impl ServeArgs {
             embedding_dim: self.embedding_dim,
             max_model_len: self.max_model_len,
             kv_cache_tokens: self.kv_cache_tokens,
+            block_size: self.block_size,
+            prefix_cache_blocks: self.prefix_cache_blocks,
             recorder_capacity: self.recorder_capacity,
             max_body_bytes: self.max_body_bytes,
             shutdown_grace: self.shutdown_grace,
@@ -196,6 +236,15 @@ fn parse_fraction(value: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_non_negative(value: &str) -> Result<f64, String> {
+    let f: f64 = value.parse().map_err(|e| format!("{e}"))?;
+    if f.is_finite() && f >= 0.0 {
+        Ok(f)
+    } else {
+        Err(format!("must be 0 or a positive number, got {f}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +286,34 @@ mod tests {
         assert_eq!(config.ttft, Duration::from_millis(150));
         assert_eq!(config.fail_after_tokens, Some(3));
         assert_eq!(args.serve.port, 0);
+        assert_eq!(config.block_size, config::DEFAULT_BLOCK_SIZE);
+        assert_eq!(
+            config.prefix_cache_blocks,
+            config::DEFAULT_PREFIX_CACHE_BLOCKS
+        );
+        assert_eq!(config.prefill_tokens_per_second, 0.0);
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn prefix_cache_flags_and_vllm_alias() {
+        let args = SimArgs::try_parse_from([
+            "flexinfer-sim",
+            "--block-size",
+            "32",
+            "--prefix-cache-blocks",
+            "0",
+            "--prefill-tokens-per-second",
+            "4000",
+            "--max-num-seqs",
+            "8",
+        ])
+        .expect("parse");
+        let config = args.serve.config();
+        assert_eq!(config.block_size, 32);
+        assert_eq!(config.prefix_cache_blocks, 0);
+        assert_eq!(config.prefill_tokens_per_second, 4000.0);
+        assert_eq!(config.max_concurrency, 8);
         assert!(config.validate().is_ok());
     }
 
@@ -246,6 +323,8 @@ mod tests {
             ["flexinfer-sim", "--fail-rate", "2"],
             ["flexinfer-sim", "--lora-module", "noequals"],
             ["flexinfer-sim", "--ttft", "soon"],
+            ["flexinfer-sim", "--block-size", "0"],
+            ["flexinfer-sim", "--prefill-tokens-per-second", "-1"],
         ] {
             assert!(SimArgs::try_parse_from(bad).is_err(), "{bad:?}");
         }

@@ -239,6 +239,7 @@ impl<'a> ChunkWriter<'a> {
 mod tests {
     use super::*;
     use crate::sim::config::SimConfig;
+    use crate::sim::prefix_cache::Prompt;
     use crate::sim::protocol::{SamplingFields, StreamOptions};
     use serde_json::Value;
 
@@ -254,7 +255,7 @@ mod tests {
         Plan::new(
             &SimConfig::default(),
             "m".into(),
-            &["hi there".into()],
+            &[Prompt::from_text("hi there")],
             &fields,
             "messages",
         )
@@ -283,7 +284,12 @@ mod tests {
         assert_eq!(v["choices"][0]["finish_reason"], "length");
         assert_eq!(
             v["usage"],
-            serde_json::json!({"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5})
+            serde_json::json!({
+                "prompt_tokens": 2,
+                "completion_tokens": 3,
+                "total_tokens": 5,
+                "prompt_tokens_details": {"cached_tokens": 0}
+            })
         );
     }
 
@@ -336,6 +342,10 @@ mod tests {
         assert_eq!(chunks[4]["usage"], Value::Null);
         assert_eq!(chunks[5]["choices"], serde_json::json!([]));
         assert_eq!(chunks[5]["usage"]["total_tokens"], 5);
+        assert_eq!(
+            chunks[5]["usage"]["prompt_tokens_details"],
+            serde_json::json!({"cached_tokens": 0})
+        );
     }
 
     #[test]

@@ -12,6 +12,10 @@ pub const DEFAULT_EMBEDDING_DIM: usize = 384;
 pub const DEFAULT_MAX_MODEL_LEN: u32 = 8192;
 /// KV-cache size in tokens; `vllm:gpu_cache_usage_perc` is reserved tokens over this.
 pub const DEFAULT_KV_CACHE_TOKENS: u64 = 65_536;
+/// Tokens per KV-cache block, as vLLM's default `--block-size`.
+pub const DEFAULT_BLOCK_SIZE: u32 = 16;
+/// Capacity of the prefix cache in blocks.
+pub const DEFAULT_PREFIX_CACHE_BLOCKS: usize = 4096;
 /// How many requests the recorder keeps (oldest dropped first).
 pub const DEFAULT_RECORDER_CAPACITY: usize = 1000;
 /// Largest request body accepted; larger ones are answered 413.
@@ -46,8 +50,11 @@ pub struct SimConfig {
     pub pod_name: Option<String>,
     /// Time after start during which `/health` and the model endpoints answer 503.
     pub startup_delay: Duration,
-    /// Time from admission to the first generated token.
+    /// Time from admission to the first generated token, not counting prefill.
     pub ttft: Duration,
+    /// Prompt tokens prefilled per second; the first token waits for the
+    /// uncached prompt tokens at this rate on top of `ttft`. `0` is instant.
+    pub prefill_tokens_per_second: f64,
     /// Token pacing after the first token; `0` generates instantly.
     pub tokens_per_second: f64,
     /// Requests generating at once; more wait in a FIFO queue. `0` is unlimited.
@@ -64,6 +71,10 @@ pub struct SimConfig {
     pub max_model_len: u32,
     /// KV-cache capacity in tokens, for the cache usage gauge.
     pub kv_cache_tokens: u64,
+    /// Tokens per KV-cache block, the unit of prefix caching.
+    pub block_size: u32,
+    /// Prefix cache capacity in blocks; `0` disables prefix caching.
+    pub prefix_cache_blocks: usize,
     /// Ring size of the request recorder; `0` disables recording.
     pub recorder_capacity: usize,
     /// Largest accepted request body in bytes.
@@ -80,6 +91,7 @@ impl Default for SimConfig {
             pod_name: None,
             startup_delay: Duration::ZERO,
             ttft: Duration::ZERO,
+            prefill_tokens_per_second: 0.0,
             tokens_per_second: 0.0,
             max_concurrency: 0,
             fail_rate: 0.0,
@@ -88,6 +100,8 @@ impl Default for SimConfig {
             embedding_dim: DEFAULT_EMBEDDING_DIM,
             max_model_len: DEFAULT_MAX_MODEL_LEN,
             kv_cache_tokens: DEFAULT_KV_CACHE_TOKENS,
+            block_size: DEFAULT_BLOCK_SIZE,
+            prefix_cache_blocks: DEFAULT_PREFIX_CACHE_BLOCKS,
             recorder_capacity: DEFAULT_RECORDER_CAPACITY,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
@@ -152,6 +166,15 @@ impl SimConfig {
                 "tokens per second must be 0 (instant) or at least {MIN_TOKENS_PER_SECOND}, got {tps}"
             ));
         }
+        let prefill = self.prefill_tokens_per_second;
+        if !prefill.is_finite() || prefill < 0.0 {
+            return fail(format!(
+                "prefill tokens per second must be 0 (instant) or positive, got {prefill}"
+            ));
+        }
+        if self.block_size == 0 {
+            return fail("block size must be at least 1 token".into());
+        }
         if self.default_max_tokens == 0 {
             return fail("default max tokens must be at least 1".into());
         }
@@ -206,6 +229,18 @@ mod tests {
             },
             SimConfig {
                 embedding_dim: 0,
+                ..SimConfig::default()
+            },
+            SimConfig {
+                prefill_tokens_per_second: -1.0,
+                ..SimConfig::default()
+            },
+            SimConfig {
+                prefill_tokens_per_second: f64::INFINITY,
+                ..SimConfig::default()
+            },
+            SimConfig {
+                block_size: 0,
                 ..SimConfig::default()
             },
             SimConfig {

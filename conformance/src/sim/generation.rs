@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::config::SimConfig;
 use super::error::ApiError;
 use super::metrics::FinishReason;
+use super::prefix_cache::{CacheKey, Prompt};
 use super::protocol::{SamplingFields, Usage};
 use super::synth;
 
@@ -19,8 +20,12 @@ pub const MAX_CHOICES: u32 = 128;
 pub struct Plan {
     /// The model name the response reports.
     pub model: String,
-    /// Prompt tokens (all prompts).
+    /// Prompt tokens (all prompts), 4 rendered bytes each (see [`super::prefix_cache`]).
     pub prompt_tokens: u32,
+    /// What the prefix cache looks up for this request.
+    pub cache_key: CacheKey,
+    /// Prompt tokens found in the prefix cache, set when the request gets its slot.
+    pub cached_tokens: u32,
     /// Tokens generated for each choice.
     pub completion_tokens: u32,
     /// Choices in the response (prompts × `n`).
@@ -41,7 +46,7 @@ impl Plan {
     pub fn new(
         config: &SimConfig,
         model: String,
-        prompts: &[String],
+        prompts: &[Prompt],
         fields: &SamplingFields,
         what: &str,
     ) -> Result<Self, ApiError> {
@@ -57,15 +62,8 @@ impl Plan {
                 "n must be between 1 and {MAX_CHOICES}, got {n}."
             )));
         }
-        let prompt_tokens = prompts
-            .iter()
-            .map(|p| synth::count_tokens(p).max(1))
-            .fold(0u32, u32::saturating_add);
-        let longest_prompt = prompts
-            .iter()
-            .map(|p| synth::count_tokens(p).max(1))
-            .max()
-            .unwrap_or(1);
+        let prompt_tokens = total_prompt_tokens(prompts);
+        let longest_prompt = prompts.iter().map(Prompt::tokens).max().unwrap_or(1);
         let max_len = config.max_model_len;
         let requested = fields.max_completion_tokens.or(fields.max_tokens);
         let (completion_tokens, finish) = match requested {
@@ -93,7 +91,7 @@ impl Plan {
         let seeds = prompts
             .iter()
             .flat_map(|p| {
-                let seed = synth::seed(&model, p);
+                let seed = synth::seed(&model, &p.text);
                 (0..n).map(move |j| seed.wrapping_add(u64::from(j)))
             })
             .collect::<Vec<_>>();
@@ -106,6 +104,8 @@ impl Plan {
                 .unwrap_or(false),
             model,
             prompt_tokens,
+            cache_key: CacheKey::of_prompts(prompts, config.block_size),
+            cached_tokens: 0,
             completion_tokens,
             finish,
             seeds,
@@ -113,12 +113,18 @@ impl Plan {
         })
     }
 
-    /// Usage of the whole response.
+    /// Usage of the whole response, with the cached prompt tokens.
     pub fn usage(&self) -> Usage {
-        Usage::new(
+        Usage::with_cached(
             self.prompt_tokens,
             self.completion_tokens.saturating_mul(self.choices),
+            self.cached_tokens,
         )
+    }
+
+    /// Prompt tokens that must be prefilled: those not found in the prefix cache.
+    pub fn uncached_tokens(&self) -> u32 {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
     }
 
     /// KV-cache tokens the request holds while it runs.
@@ -139,11 +145,20 @@ impl Plan {
     }
 }
 
+/// Prompt tokens of a request as usage counts them: the sum over its prompts.
+pub fn total_prompt_tokens(prompts: &[Prompt]) -> u32 {
+    prompts
+        .iter()
+        .map(Prompt::tokens)
+        .fold(0u32, u32::saturating_add)
+}
+
 /// Upper bound of any simulated delay, far beyond any test yet safe to add to an `Instant`.
 pub const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// When each token is due: the first after the TTFT, then one per
-/// inter-token delay, measured from admission so delays never accumulate drift.
+/// When each token is due: the first after the TTFT (plus any prefill time),
+/// then one per inter-token delay, measured from admission so delays never
+/// accumulate drift.
 #[derive(Debug, Clone, Copy)]
 pub struct Pacer {
     start: Instant,
@@ -154,9 +169,14 @@ pub struct Pacer {
 impl Pacer {
     /// A schedule starting now.
     pub fn start(config: &SimConfig) -> Self {
+        Self::with_prefill(config, Duration::ZERO)
+    }
+
+    /// A schedule starting now whose first token also waits for `prefill`.
+    pub fn with_prefill(config: &SimConfig, prefill: Duration) -> Self {
         Self {
             start: Instant::now(),
-            ttft: config.ttft,
+            ttft: config.ttft.saturating_add(prefill),
             inter_token: config.inter_token_delay(),
         }
     }
@@ -197,14 +217,15 @@ mod tests {
         let plan = Plan::new(
             &SimConfig::default(),
             "m".into(),
-            &["a b c".into()],
+            &[Prompt::from_text("a b c")],
             &fields(Some(5)),
             "messages",
         )
         .expect("plan");
-        assert_eq!((plan.prompt_tokens, plan.completion_tokens), (3, 5));
+        // "a b c" is 5 bytes: 2 tokens of 4 bytes.
+        assert_eq!((plan.prompt_tokens, plan.completion_tokens), (2, 5));
         assert_eq!(plan.finish, FinishReason::Length);
-        assert_eq!(plan.usage(), Usage::new(3, 5));
+        assert_eq!(plan.usage(), Usage::with_cached(2, 5, 0));
         assert_eq!(synth::count_tokens(&plan.text(0)), 5);
         let streamed: String = (0..5).map(|i| plan.token(0, i)).collect();
         assert_eq!(streamed, plan.text(0));
@@ -219,7 +240,7 @@ mod tests {
         let plan = Plan::new(
             &config,
             "m".into(),
-            &["a".into()],
+            &[Prompt::from_text("a")],
             &fields(None),
             "messages",
         )
@@ -240,7 +261,7 @@ mod tests {
         let plan = Plan::new(
             &SimConfig::default(),
             "m".into(),
-            &["a".into()],
+            &[Prompt::from_text("a")],
             &f,
             "messages",
         )
@@ -257,8 +278,8 @@ mod tests {
         let long = Plan::new(
             &config,
             "m".into(),
-            &["a b c".into()],
-            &fields(Some(8)),
+            &[Prompt::from_text("a b c")],
+            &fields(Some(9)),
             "messages",
         )
         .expect_err("too long");
@@ -270,7 +291,7 @@ mod tests {
         assert!(Plan::new(
             &config,
             "m".into(),
-            &["a".into()],
+            &[Prompt::from_text("a")],
             &fields(Some(0)),
             "messages"
         )
@@ -281,12 +302,26 @@ mod tests {
             }),
             ..SamplingFields::default()
         };
-        assert!(Plan::new(&config, "m".into(), &["a".into()], &options, "messages").is_err());
+        assert!(Plan::new(
+            &config,
+            "m".into(),
+            &[Prompt::from_text("a")],
+            &options,
+            "messages"
+        )
+        .is_err());
         let many = SamplingFields {
             n: Some(MAX_CHOICES + 1),
             ..SamplingFields::default()
         };
-        assert!(Plan::new(&config, "m".into(), &["a".into()], &many, "messages").is_err());
+        assert!(Plan::new(
+            &config,
+            "m".into(),
+            &[Prompt::from_text("a")],
+            &many,
+            "messages"
+        )
+        .is_err());
     }
 
     #[test]
@@ -299,13 +334,45 @@ mod tests {
         let plan = Plan::new(
             &SimConfig::default(),
             "m".into(),
-            &["a".into(), "b".into()],
+            &[Prompt::from_text("a"), Prompt::from_text("b")],
             &f,
             "prompt",
         )
         .expect("plan");
         assert_eq!(plan.choices, 4);
-        assert_eq!(plan.usage(), Usage::new(2, 12));
+        assert_eq!(plan.usage(), Usage::with_cached(2, 12, 0));
+    }
+
+    #[test]
+    fn usage_and_cache_key_follow_the_byte_rule() {
+        let config = SimConfig {
+            block_size: 2,
+            ..SimConfig::default()
+        };
+        let prompts = [
+            Prompt::from_text("0123456789abcdefXY"),
+            Prompt::from_text("second prompt"),
+        ];
+        let mut plan =
+            Plan::new(&config, "m".into(), &prompts, &fields(Some(1)), "prompt").expect("plan");
+        // 18 bytes = 5 tokens, 13 bytes = 4 tokens.
+        assert_eq!(plan.prompt_tokens, 9);
+        // Only the first prompt is looked up: 5 tokens, 2 full blocks.
+        assert_eq!(plan.cache_key, CacheKey::new(b"0123456789abcdefXY", 2));
+        assert_eq!(plan.cache_key.tokens, 5);
+        assert_eq!(plan.cache_key.hashes.len(), 2);
+        plan.cached_tokens = 4;
+        assert_eq!(plan.uncached_tokens(), 5);
+        let usage = serde_json::to_value(plan.usage()).expect("json");
+        assert_eq!(
+            usage,
+            serde_json::json!({
+                "prompt_tokens": 9,
+                "completion_tokens": 2,
+                "total_tokens": 11,
+                "prompt_tokens_details": {"cached_tokens": 4}
+            })
+        );
     }
 
     #[test]
@@ -324,5 +391,21 @@ mod tests {
         };
         let pacer = Pacer::start(&slow);
         assert_eq!(pacer.due(u32::MAX) - pacer.due(0), Duration::ZERO);
+    }
+
+    #[test]
+    fn prefill_delays_the_first_token_only() {
+        let config = SimConfig {
+            ttft: Duration::from_millis(100),
+            tokens_per_second: 10.0,
+            prefill_tokens_per_second: 1000.0,
+            ..SimConfig::default()
+        };
+        let prefill =
+            crate::sim::prefix_cache::prefill_delay(500, config.prefill_tokens_per_second);
+        let pacer = Pacer::with_prefill(&config, prefill);
+        assert_eq!(Pacer::start(&config).ttft, Duration::from_millis(100));
+        assert_eq!(pacer.due(0) - pacer.start, Duration::from_millis(600));
+        assert_eq!(pacer.due(3) - pacer.due(0), Duration::from_millis(300));
     }
 }

@@ -45,19 +45,8 @@ pub async fn intake(State(state): State<Arc<SimState>>, request: Request, next: 
 /// Buffers the body (bounded), records the request, and rebuilds it with the
 /// record attached for the echo handler.
 async fn capture(state: &SimState, request: Request) -> Result<Request, ApiError> {
-    let limit = state.config.max_body_bytes;
     let (parts, body) = request.into_parts();
-    let bytes = Limited::new(body, limit)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<LengthLimitError>() {
-                ApiError::payload_too_large(limit)
-            } else {
-                ApiError::bad_request(format!("Failed to read the request body: {e}"))
-            }
-        })?
-        .to_bytes();
+    let bytes = read_body(body, state.config.max_body_bytes).await?;
     let model = model_of(&parts.headers, &bytes).await;
     let record = state.recorder.record(RequestRecord::new(
         &parts.method,
@@ -69,6 +58,21 @@ async fn capture(state: &SimState, request: Request) -> Result<Request, ApiError
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.extensions_mut().insert(record);
     Ok(request)
+}
+
+/// Buffers a request body of at most `limit` bytes (413 beyond it).
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    Ok(Limited::new(body, limit)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<LengthLimitError>() {
+                ApiError::payload_too_large(limit)
+            } else {
+                ApiError::bad_request(format!("Failed to read the request body: {e}"))
+            }
+        })?
+        .to_bytes())
 }
 
 #[derive(Deserialize)]

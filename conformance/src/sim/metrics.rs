@@ -44,6 +44,10 @@ pub struct SimMetrics {
     pub prompt_tokens: IntCounter,
     /// Generated tokens sent to clients.
     pub generation_tokens: IntCounter,
+    /// Prompt tokens looked up in the prefix cache.
+    pub prefix_cache_queries: IntCounter,
+    /// Prompt tokens found in the prefix cache.
+    pub prefix_cache_hits: IntCounter,
     success_stop: IntCounter,
     success_length: IntCounter,
     /// Responses cut on purpose by `fail_after_tokens`.
@@ -53,8 +57,29 @@ pub struct SimMetrics {
 
 impl SimMetrics {
     /// Registers every metric, labelled with the served `model_name`.
-    pub fn new(model_name: &str) -> Result<Self, prometheus::Error> {
+    ///
+    /// `vllm:cache_config_info` describes the prefix cache as vLLM's does:
+    /// `block_size` (tokens) and `num_gpu_blocks` (its capacity).
+    pub fn new(
+        model_name: &str,
+        block_size: u32,
+        cache_blocks: usize,
+    ) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
+        let cache_info = IntGauge::with_opts(
+            Opts::new(
+                "vllm:cache_config_info",
+                "Information of the LLMEngine CacheConfig.",
+            )
+            .const_label("block_size", block_size.to_string())
+            .const_label(
+                "enable_prefix_caching",
+                if cache_blocks > 0 { "True" } else { "False" },
+            )
+            .const_label("num_gpu_blocks", cache_blocks.to_string()),
+        )?;
+        cache_info.set(1);
+        registry.register(Box::new(cache_info))?;
         let opts =
             |name: &str, help: &str| Opts::new(name, help).const_label("model_name", model_name);
         let running = IntGauge::with_opts(opts(
@@ -81,6 +106,14 @@ impl SimMetrics {
             "vllm:generation_tokens_total",
             "Number of generation tokens processed.",
         ))?;
+        let prefix_cache_queries = IntCounter::with_opts(opts(
+            "vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.",
+        ))?;
+        let prefix_cache_hits = IntCounter::with_opts(opts(
+            "vllm:prefix_cache_hits_total",
+            "Prefix cache hits, in terms of number of cached tokens.",
+        ))?;
         let success = IntCounterVec::new(
             opts(
                 "vllm:request_success_total",
@@ -105,6 +138,8 @@ impl SimMetrics {
         registry.register(Box::new(kv_cache_usage.clone()))?;
         registry.register(Box::new(prompt_tokens.clone()))?;
         registry.register(Box::new(generation_tokens.clone()))?;
+        registry.register(Box::new(prefix_cache_queries.clone()))?;
+        registry.register(Box::new(prefix_cache_hits.clone()))?;
         registry.register(Box::new(success.clone()))?;
         registry.register(Box::new(aborted.clone()))?;
         registry.register(Box::new(requests.clone()))?;
@@ -118,6 +153,8 @@ impl SimMetrics {
             kv_cache_usage,
             prompt_tokens,
             generation_tokens,
+            prefix_cache_queries,
+            prefix_cache_hits,
             aborted,
             requests,
         })
@@ -129,6 +166,12 @@ impl SimMetrics {
             FinishReason::Stop => self.success_stop.inc(),
             FinishReason::Length => self.success_length.inc(),
         }
+    }
+
+    /// Counts one prefix cache lookup of `queried` prompt tokens, `cached` of them found.
+    pub fn prefix_cache_lookup(&self, queried: u32, cached: u32) {
+        self.prefix_cache_queries.inc_by(u64::from(queried));
+        self.prefix_cache_hits.inc_by(u64::from(cached));
     }
 
     /// Counts one answered HTTP request.
@@ -158,18 +201,23 @@ mod tests {
 
     #[test]
     fn renders_vllm_names() {
-        let metrics = SimMetrics::new("m").expect("metrics");
+        let metrics = SimMetrics::new("m", 16, 4096).expect("metrics");
         metrics.running.set(2);
         metrics.waiting.set(3);
         metrics.finished(FinishReason::Length);
         metrics.answered("chat_completions", StatusCode::OK);
+        metrics.prefix_cache_lookup(40, 32);
+        metrics.prefix_cache_lookup(8, 0);
         let text = String::from_utf8(metrics.render(0.25)).expect("utf8");
         for line in [
             "vllm:num_requests_running{model_name=\"m\"} 2",
             "vllm:num_requests_waiting{model_name=\"m\"} 3",
             "vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.25",
             "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25",
+            "vllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"True\",num_gpu_blocks=\"4096\"} 1",
             "vllm:request_success_total{finished_reason=\"length\",model_name=\"m\"} 1",
+            "vllm:prefix_cache_queries_total{model_name=\"m\"} 48",
+            "vllm:prefix_cache_hits_total{model_name=\"m\"} 32",
             "flexinfer_sim_requests_total{code=\"200\",endpoint=\"chat_completions\"} 1",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");

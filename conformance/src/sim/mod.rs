@@ -1,8 +1,9 @@
 //! `flexinfer-sim`: a simulated OpenAI-compatible model server that behaves
 //! like vLLM from the outside (endpoints, error envelopes, SSE framing,
-//! `/health`, `vllm:` metrics, runtime LoRA endpoints) with configurable
-//! load time, TTFT, token rate, concurrency and faults, and a request
-//! recorder for tests of whatever sits in front of it.
+//! `/health`, `vllm:` metrics, runtime LoRA endpoints, automatic prefix
+//! caching) with configurable load time, TTFT, prefill and token rate,
+//! concurrency and faults, and a request recorder for tests of whatever sits
+//! in front of it.
 //!
 //! Start it in-process with [`SimServer::start`] or [`serve`], or as a child
 //! process with [`process::SimProcess`].
@@ -18,6 +19,7 @@ pub mod intake;
 pub mod metrics;
 pub mod models;
 pub mod multipart;
+pub mod prefix_cache;
 pub mod process;
 pub mod protocol;
 pub mod recorder;

@@ -162,15 +162,34 @@ pub struct Usage {
     pub completion_tokens: u32,
     /// Sum of both.
     pub total_tokens: u32,
+    /// Prefix cache details of completions; absent elsewhere (embeddings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u32,
 }
 
 impl Usage {
-    /// Usage for a prompt and a completion length.
+    /// Usage for a prompt and a completion length, without prompt details.
     pub fn new(prompt_tokens: u32, completion_tokens: u32) -> Self {
         Self {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens.saturating_add(completion_tokens),
+            prompt_tokens_details: None,
+        }
+    }
+
+    /// Usage of a completion whose prompt had `cached_tokens` in the prefix cache.
+    pub fn with_cached(prompt_tokens: u32, completion_tokens: u32, cached_tokens: u32) -> Self {
+        Self {
+            prompt_tokens_details: Some(PromptTokensDetails { cached_tokens }),
+            ..Self::new(prompt_tokens, completion_tokens)
         }
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::config::SimConfig;
-use super::handlers::{completions, embeddings, images, lora, ops, recorder_api};
+use super::handlers::{completions, embeddings, images, lora, ops, prefix_match, recorder_api};
 use super::intake;
 use super::state::SimState;
 
@@ -37,6 +37,7 @@ pub fn router(state: Arc<SimState>) -> Router {
             "/sim/requests",
             get(recorder_api::list).delete(recorder_api::clear),
         )
+        .route("/sim/prefix-match", post(prefix_match::prefix_match))
         .fallback(recorder_api::echo)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),

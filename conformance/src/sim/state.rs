@@ -12,6 +12,7 @@ use super::error::ApiError;
 use super::generation::CENTURY;
 use super::metrics::SimMetrics;
 use super::models::ModelRegistry;
+use super::prefix_cache::PrefixCache;
 use super::recorder::RequestRecorder;
 
 /// One server's shared state, behind an `Arc` in every handler.
@@ -29,6 +30,8 @@ pub struct SimState {
     pub metrics: SimMetrics,
     /// Generation slots and KV-cache reservations.
     pub admission: Admission,
+    /// The simulated prefix (KV) cache.
+    pub prefix_cache: PrefixCache,
     /// The request log behind `/sim/requests`.
     pub recorder: RequestRecorder,
 }
@@ -48,8 +51,12 @@ impl SimState {
         let pod_name = HeaderValue::from_str(pod_name).map_err(|_| {
             ConfigError(format!("pod name {pod_name:?} is not a valid header value"))
         })?;
-        let metrics = SimMetrics::new(config.default_model())
-            .map_err(|e| ConfigError(format!("metrics registration failed: {e}")))?;
+        let metrics = SimMetrics::new(
+            config.default_model(),
+            config.block_size,
+            config.prefix_cache_blocks,
+        )
+        .map_err(|e| ConfigError(format!("metrics registration failed: {e}")))?;
         let admission = Admission::new(
             config.max_concurrency,
             config.kv_cache_tokens,
@@ -65,6 +72,7 @@ impl SimState {
         Ok(Arc::new(Self {
             ready_at: Instant::now() + config.startup_delay.min(CENTURY),
             recorder: RequestRecorder::new(config.recorder_capacity),
+            prefix_cache: PrefixCache::new(config.prefix_cache_blocks, config.block_size),
             pod_name,
             models,
             metrics,

@@ -145,6 +145,7 @@ pub fn model_table(config: &GlobalConfig, views: &[ClusterView]) -> ModelTable {
             backend_model: name.to_string(),
             strategy,
             bounded_load: None,
+            cache_aware: Default::default(),
             upstreams,
             lora: Default::default(),
             rate_limit: None,

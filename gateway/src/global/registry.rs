@@ -151,6 +151,7 @@ mod tests {
                 backend_model: model.into(),
                 strategy: Strategy::Failover,
                 bounded_load: None,
+                cache_aware: Default::default(),
                 upstreams,
                 lora: Default::default(),
                 rate_limit: None,

@@ -32,7 +32,7 @@ use super::endpoints::{terminating_nodes, ReadyEndpoints};
 use super::scope::{qualified, Scope};
 use crate::config::ModelConfig;
 use crate::paths::PathPolicy;
-use crate::routing::{Strategy, Upstream};
+use crate::routing::{CacheAwareOptions, Strategy, Upstream};
 
 /// Every watched object, as last seen.
 #[derive(Debug, Default, Clone)]
@@ -288,6 +288,7 @@ fn route_config(key: &str, c: &Candidate, upstreams: Vec<Upstream>) -> ModelConf
         RoutingStrategy::SessionAffinity => Strategy::SessionAffinity,
         RoutingStrategy::Prefix => Strategy::Prefix,
         RoutingStrategy::LeastLoaded => Strategy::LeastLoaded,
+        RoutingStrategy::CacheAware => Strategy::CacheAware,
     };
     ModelConfig {
         name: key.to_string(),
@@ -295,6 +296,7 @@ fn route_config(key: &str, c: &Candidate, upstreams: Vec<Upstream>) -> ModelConf
         backend_model: c.backend_model.clone(),
         strategy,
         bounded_load: None,
+        cache_aware: cache_aware(key, c.annotations.get(labels::CACHE_AWARE)),
         upstreams,
         lora: HashMap::new(),
         rate_limit: None,
@@ -307,6 +309,19 @@ fn route_config(key: &str, c: &Candidate, upstreams: Vec<Upstream>) -> ModelConf
 
 /// The paths a model serves, from its `flexinfer.ai/serve-paths`
 /// annotation; an unusable value keeps the default (and says so).
+/// The knobs of cache-aware routing from the model's
+/// `flexinfer.ai/cache-aware` annotation; an unusable value keeps the
+/// defaults (and says so).
+fn cache_aware(key: &str, annotation: Option<&String>) -> CacheAwareOptions {
+    let Some(value) = annotation else {
+        return CacheAwareOptions::default();
+    };
+    value.parse().unwrap_or_else(|e| {
+        tracing::warn!(model = key, error = %e, "ignoring the model's cache-aware annotation");
+        CacheAwareOptions::default()
+    })
+}
+
 fn serve_paths(key: &str, annotation: Option<&String>) -> PathPolicy {
     PathPolicy::from_annotation(annotation.map(String::as_str)).unwrap_or_else(|e| {
         tracing::warn!(model = key, error = %e, "ignoring the model's serve-paths annotation");

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::{background_service, BackgroundService};
+use pingora_core::services::ServiceWithDependents;
 
 use super::{Mode, Upstreams};
 use crate::cli::Cli;
@@ -42,14 +43,18 @@ pub fn start(
     };
     Ok(Mode {
         source: path.display().to_string(),
-        routes: store,
+        routes: store.clone(),
         lifecycle: operator.as_ref().map(EmbeddedOperator::lifecycle),
         failures: None,
         upstreams: Upstreams::ModelServers,
-        services: vec![
-            Box::new(background_service("model-file reloader", reloader)),
+        services: [
+            Box::new(background_service("model-file reloader", reloader))
+                as Box<dyn ServiceWithDependents>,
             Box::new(background_service("endpoint health checks", checker)),
-        ],
+        ]
+        .into_iter()
+        .chain(super::load_scraper(cli, &store, metrics))
+        .collect(),
         shutdown: operator.map(|op| {
             Box::new(move || {
                 tracing::info!("stopping local model processes");

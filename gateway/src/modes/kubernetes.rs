@@ -37,11 +37,13 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
     let kube = KubeMode::start(settings, store.clone())?;
     Ok(Mode {
         source: "kubernetes".to_string(),
-        routes: store,
+        routes: store.clone(),
         lifecycle: Some(kube.lifecycle()),
         failures: None,
         upstreams: Upstreams::ModelServers,
-        services: Vec::new(),
+        services: super::load_scraper(cli, &store, metrics)
+            .into_iter()
+            .collect(),
         shutdown: Some(Box::new(move || kube.shutdown())),
     })
 }

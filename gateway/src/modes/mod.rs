@@ -24,7 +24,7 @@ use crate::cli::Cli;
 use crate::metrics::Metrics;
 use crate::proxy::{EndpointFailures, ProxySettings};
 use crate::ratelimit::LimitSettings;
-use crate::registry::ModelRegistry;
+use crate::registry::{ModelRegistry, RouteStore};
 
 /// What a mode gives the request path.
 pub struct Mode {
@@ -39,7 +39,8 @@ pub struct Mode {
     pub failures: Option<Arc<dyn EndpointFailures>>,
     /// What the upstreams are.
     pub upstreams: Upstreams,
-    /// Background services that keep the routes current.
+    /// Background services that keep the routes current (and read the
+    /// engines' load for cache-aware routing: [`load_scraper`]).
     pub services: Vec<Box<dyn ServiceWithDependents>>,
     /// Stops what runs beside the proxy (local model processes, watches);
     /// called once the proxy has stopped.
@@ -78,4 +79,25 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
     } else {
         kubernetes::start(cli, metrics, limits)
     }
+}
+
+/// The engine-load scraper of `cache-aware` models over `store`, as a
+/// background service (none with routing switched off).
+pub(crate) fn load_scraper(
+    cli: &Cli,
+    store: &Arc<RouteStore>,
+    metrics: &Metrics,
+) -> Option<Box<dyn ServiceWithDependents>> {
+    cli.routing_enabled.then(|| {
+        let scraper = crate::load_scraper::LoadScraper {
+            store: store.clone(),
+            interval: cli.load_scrape_interval,
+            timeout: cli.load_scrape_timeout,
+            metrics: metrics.clone(),
+        };
+        Box::new(pingora_core::services::background::background_service(
+            "engine load scraper",
+            scraper,
+        )) as Box<dyn ServiceWithDependents>
+    })
 }

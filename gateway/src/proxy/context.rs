@@ -1,6 +1,7 @@
 //! What the gateway keeps about one request while it passes through the
 //! phases, and the request ids it hands out.
 
+use crate::routing::Decision;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +22,8 @@ pub struct RequestCtx {
     /// Indices of the endpoints tried so far, in order.
     pub(super) tried: Vec<usize>,
     pub(super) lease: Option<EndpointLease>,
+    /// Why cache-aware routing chose the current attempt's endpoint.
+    pub(super) decision: Option<Decision>,
     pub(super) model_gauge: Option<IntGauge>,
     /// The answer decided in a phase that can only fail (e.g. no endpoint
     /// left), for `fail_to_proxy` to send.

@@ -44,7 +44,7 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 
 pub use context::RequestCtx;
-pub use headers::CLUSTER_HEADER;
+pub use headers::{CLUSTER_HEADER, ROUTE_HEADER};
 pub use plan::ForwardPlan;
 pub use settings::{EndpointFailures, ProxySettings};
 pub use side_routes::{SideAnswer, SideRoutes};
@@ -241,6 +241,11 @@ impl ProxyHttp for Gateway {
         }
         if let Some(cluster) = self.answering_cluster(ctx) {
             resp.insert_header(CLUSTER_HEADER, cluster)?;
+        }
+        if self.settings.route_debug_header {
+            if let Some(route) = self.route_debug(ctx) {
+                resp.insert_header(ROUTE_HEADER, route)?;
+            }
         }
         ctx.status = resp.status.as_u16();
         self.record_first_byte(ctx);

@@ -16,9 +16,9 @@ use super::Gateway;
 use crate::activation::{ActiveRequest, Admission};
 use crate::errors::ApiError;
 use crate::extract::{self, BodyKind, JsonView};
-use crate::registry::Resolved;
+use crate::registry::{MatchKind, Resolved};
 use crate::rewrite;
-use crate::routing::{self, KeySource, RoutingInputs, Strategy};
+use crate::routing::{self, CacheAwareRequest, KeySource, PromptBlocks, RoutingInputs, Strategy};
 
 /// Everything decided about a request before it is forwarded.
 pub struct ForwardPlan {
@@ -26,6 +26,8 @@ pub struct ForwardPlan {
     pub(super) strategy: Strategy,
     pub(super) routing_key: Option<String>,
     pub(super) key_source: KeySource,
+    /// What cache-aware routing scores the request by.
+    pub(super) prompt: Option<Arc<PromptRouting>>,
     /// The path sent upstream when the client's carried a `/model/<name>/`
     /// prefix.
     pub(super) forward_path: Option<String>,
@@ -49,6 +51,7 @@ impl ForwardPlan {
             strategy: self.strategy,
             routing_key: self.routing_key.clone(),
             key_source: self.key_source,
+            prompt: self.prompt.clone(),
             forward_path: self.forward_path.clone(),
             body: self.body.clone(),
             request_id: self.request_id.clone(),
@@ -133,6 +136,13 @@ impl Gateway {
         let strategy = self.strategy(&resolved);
         let (routing_key, key_source) =
             self.routing_key(strategy, &session.req_header().headers, json.as_ref());
+        let prompt = strategy.uses_prompt().then(|| {
+            Arc::new(PromptRouting::of(
+                &session.req_header().headers,
+                json.as_ref(),
+                &resolved,
+            ))
+        });
         let rewritten = rewritten_body(body.as_ref(), json.as_ref(), &resolved);
         drop(json);
         Ok(ForwardPlan {
@@ -140,6 +150,7 @@ impl Gateway {
             strategy,
             routing_key,
             key_source,
+            prompt,
             forward_path: head.forward_path,
             body: rewritten.or_else(|| body.map(PlannedBody::from)),
             request_id: ctx.request_id.clone().unwrap_or_else(|| Arc::from("")),
@@ -241,6 +252,54 @@ impl Gateway {
             &self.settings.key_limits,
         )
         .map_or((None, KeySource::None), |(k, s)| (Some(k), s))
+    }
+}
+
+/// What [`Strategy::CacheAware`] scores a request by.
+pub(super) struct PromptRouting {
+    pub(super) blocks: PromptBlocks,
+    /// A session the client named (header or body), never one derived
+    /// from the messages.
+    pub(super) session: Option<String>,
+    /// The LoRA adapter asked for.
+    pub(super) adapter: Option<Arc<str>>,
+}
+
+impl PromptRouting {
+    fn of(headers: &HeaderMap, json: Option<&JsonView<'_>>, resolved: &Resolved) -> Self {
+        let inputs = json.map_or_else(RoutingInputs::default, |v| RoutingInputs {
+            session_id: v.session_id.as_deref(),
+            messages: v.messages,
+            prompt: v.prompt,
+            ..RoutingInputs::default()
+        });
+        // Without the messages, only a session the client named counts.
+        let named = RoutingInputs {
+            session_id: inputs.session_id,
+            ..RoutingInputs::default()
+        };
+        let session = routing::session_key(headers, &named).map(|(key, _)| key);
+        let block_size = resolved.route.options.cache_aware.block_size;
+        let blocks = if session.is_some() {
+            PromptBlocks::default()
+        } else {
+            PromptBlocks::of_request(&inputs, block_size)
+        };
+        let adapter = (resolved.kind == MatchKind::Lora).then(|| resolved.upstream_model.clone());
+        Self {
+            blocks,
+            session,
+            adapter,
+        }
+    }
+
+    /// The borrowed view the endpoint set scores.
+    pub(super) fn request(&self) -> CacheAwareRequest<'_> {
+        CacheAwareRequest {
+            blocks: self.blocks.hashes(),
+            session: self.session.as_deref(),
+            adapter: self.adapter.as_deref(),
+        }
     }
 }
 

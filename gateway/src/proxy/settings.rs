@@ -35,6 +35,9 @@ pub struct ProxySettings {
     /// `Authorization` value sent upstream instead of the client's (global
     /// mode: the member gateways' API key).
     pub upstream_authorization: Option<http::HeaderValue>,
+    /// Answer with `X-Flexinfer-Route` (endpoint and reason of the routing
+    /// decision), for debugging routing.
+    pub route_debug_header: bool,
 }
 
 impl Default for ProxySettings {
@@ -48,6 +51,7 @@ impl Default for ProxySettings {
             outlier: OutlierPolicy::default(),
             routing_enabled: true,
             key_limits: KeyLimits::DEFAULT,
+            route_debug_header: false,
             cluster_failover: false,
             upstream_authorization: None,
         }

@@ -34,17 +34,31 @@ impl Gateway {
             Some(last) if set.len() > 1 => std::slice::from_ref(last),
             _ => &[],
         };
-        let picked = set.pick(
-            plan.strategy,
-            plan.routing_key.as_deref(),
-            &route.options,
-            exclude,
-        );
-        let Some((idx, in_flight)) = picked else {
+        let picked = match plan.prompt.as_deref() {
+            Some(prompt) => set
+                .pick_cache_aware(&prompt.request(), &route.options, exclude)
+                .map(|(idx, in_flight, decision)| (idx, in_flight, Some(decision))),
+            None => set
+                .pick(
+                    plan.strategy,
+                    plan.routing_key.as_deref(),
+                    &route.options,
+                    exclude,
+                )
+                .map(|(idx, in_flight)| (idx, in_flight, None)),
+        };
+        let Some((idx, in_flight, decision)) = picked else {
             ctx.error = Some(self.no_endpoint(&route.name));
             return Err(Error::new(ErrorType::HTTPStatus(503)));
         };
         let upstream = set.upstream(idx);
+        if let Some(decision) = decision {
+            self.metrics
+                .cache_aware_picks
+                .with_label_values(&[&route.name, decision.as_str()])
+                .inc();
+            ctx.decision = Some(decision);
+        }
         let gauge = self
             .metrics
             .endpoint_active
@@ -131,6 +145,26 @@ impl Gateway {
         let (plan, &idx) = (ctx.plan.as_ref()?, ctx.tried.last()?);
         let endpoints = &plan.resolved.route.endpoints;
         (idx < endpoints.len()).then(|| endpoints.upstream(idx).name.as_str())
+    }
+
+    /// The `X-Flexinfer-Route` value: the current attempt's endpoint, the
+    /// strategy, and for cache-aware routing the reason.
+    pub(super) fn route_debug(&self, ctx: &RequestCtx) -> Option<String> {
+        let (plan, &idx) = (ctx.plan.as_ref()?, ctx.tried.last()?);
+        let endpoints = &plan.resolved.route.endpoints;
+        if idx >= endpoints.len() {
+            return None;
+        }
+        let mut value = format!(
+            "endpoint={}; strategy={}",
+            endpoints.upstream(idx).name,
+            plan.strategy
+        );
+        if let Some(decision) = ctx.decision {
+            value.push_str("; reason=");
+            value.push_str(decision.as_str());
+        }
+        Some(value)
     }
 
     /// The answer for a model none of whose endpoints can be tried.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use pingora_ketama::{Bucket, Continuum, Version};
 
+use super::backend_load::BackendLoad;
+use super::cache_aware::{CacheAwareRequest, Decision};
 use super::health::{Change, EndpointHealth, OutlierPolicy, Standing};
+use super::prefix_index::PrefixIndex;
 use super::strategy::{RoutingOptions, Strategy};
 
 /// Virtual nodes per endpoint on the hash ring, as the spec requires; enough
@@ -69,6 +72,7 @@ impl From<SocketAddr> for Upstream {
 struct EndpointState {
     in_flight: AtomicUsize,
     health: EndpointHealth,
+    backend: BackendLoad,
 }
 
 impl EndpointState {
@@ -94,6 +98,8 @@ pub struct EndpointSet {
     ring: Continuum,
     /// Rotates round-robin order and least-loaded tie breaks.
     cursor: AtomicUsize,
+    /// What cache-aware routing sent where; shared with rebuilds.
+    prefix_index: Arc<PrefixIndex>,
 }
 
 impl EndpointSet {
@@ -104,13 +110,14 @@ impl EndpointSet {
     /// [`MAX_ENDPOINTS`]. Building sorts `150 × n` ring points: do it when
     /// the endpoint set changes, never per request.
     pub fn new(upstreams: Vec<Upstream>) -> Self {
-        Self::build(upstreams, |_| None, 0)
+        Self::build(upstreams, |_| None, 0, Arc::default())
     }
 
     fn build(
         upstreams: Vec<Upstream>,
         existing: impl Fn(&SocketAddr) -> Option<Arc<EndpointState>>,
         cursor: usize,
+        prefix_index: Arc<PrefixIndex>,
     ) -> Self {
         let mut kept: Vec<Upstream> = Vec::with_capacity(upstreams.len().min(MAX_ENDPOINTS));
         let mut by_addr: Vec<(SocketAddr, usize)> = Vec::with_capacity(kept.capacity());
@@ -140,18 +147,23 @@ impl EndpointSet {
             by_addr: by_addr.into_boxed_slice(),
             ring,
             cursor: AtomicUsize::new(cursor),
+            prefix_index,
         }
     }
 
     /// Builds the set that replaces this one when the ready endpoints change,
     /// carrying over the in-flight counters (and requests already tracked on
     /// them) of every endpoint that remains.
+    /// The prefix index goes along too, forgetting the endpoints that left.
     pub fn rebuild(&self, upstreams: Vec<Upstream>) -> EndpointSet {
-        Self::build(
+        let set = Self::build(
             upstreams,
             |addr| self.index_of(addr).map(|i| Arc::clone(&self.counters[i])),
             self.cursor.load(Ordering::Relaxed),
-        )
+            Arc::clone(&self.prefix_index),
+        );
+        set.prefix_index.retain(|addr| set.index_of(addr).is_some());
+        set
     }
 
     /// Whether `upstreams` describes exactly this set (same addresses,
@@ -304,9 +316,8 @@ impl EndpointSet {
             (Strategy::SessionAffinity | Strategy::Prefix, Some(key)) => {
                 self.hashed(key.as_bytes(), opts, usable)
             }
-            (Strategy::LeastLoaded, _) | (Strategy::SessionAffinity | Strategy::Prefix, None) => {
-                self.least_loaded(usable)
-            }
+            (Strategy::LeastLoaded | Strategy::CacheAware, _)
+            | (Strategy::SessionAffinity | Strategy::Prefix, None) => self.least_loaded(usable),
         }
     }
 
@@ -321,13 +332,76 @@ impl EndpointSet {
         opts: &RoutingOptions,
         exclude: &[usize],
     ) -> Option<(usize, InFlight)> {
+        self.pick_by(exclude, |usable| self.choose(strategy, key, opts, &usable))
+    }
+
+    /// Picks the endpoint for one attempt of a [`Strategy::CacheAware`]
+    /// request, with [`EndpointSet::pick`]'s health rules, counts the
+    /// request on it and records its prompt blocks as sent there.
+    pub fn pick_cache_aware(
+        &self,
+        request: &CacheAwareRequest<'_>,
+        opts: &RoutingOptions,
+        exclude: &[usize],
+    ) -> Option<(usize, InFlight, Decision)> {
+        let matched: Vec<(usize, usize)> = if request.session.is_some() {
+            Vec::new()
+        } else {
+            self.prefix_index
+                .longest_prefixes(request.blocks)
+                .into_iter()
+                .filter_map(|m| Some((self.index_of(&m.addr)?, m.blocks)))
+                .collect()
+        };
+        let mut decision = Decision::Fallback;
+        let (idx, in_flight) = self.pick_by(exclude, |usable| {
+            let (idx, why) = self.cache_aware(request, &matched, opts, &usable)?;
+            decision = why;
+            Some(idx)
+        })?;
+        let engine_tokens = self.counters[idx].backend.cache_tokens();
+        self.prefix_index.record(
+            self.upstreams[idx].addr,
+            request.blocks,
+            opts.cache_aware.capacity(engine_tokens),
+        );
+        Some((idx, in_flight, decision))
+    }
+
+    /// The prefix index cache-aware routing keeps for these endpoints.
+    pub fn prefix_index(&self) -> &PrefixIndex {
+        &self.prefix_index
+    }
+
+    /// What the engine of the endpoint at `idx` last reported of its load.
+    ///
+    /// # Panics
+    /// When `idx` is not below [`EndpointSet::len`].
+    pub fn backend_load(&self, idx: usize) -> &BackendLoad {
+        &self.counters[idx].backend
+    }
+
+    /// The pick loop behind [`EndpointSet::pick`]: `choose` names the
+    /// strategy's endpoint among those a filter admits, and is asked again
+    /// with a looser filter when health or trials rule out every endpoint.
+    fn pick_by(
+        &self,
+        exclude: &[usize],
+        mut choose: impl FnMut(&dyn Fn(usize) -> bool) -> Option<usize>,
+    ) -> Option<(usize, InFlight)> {
         let mut taken: Vec<usize> = Vec::new();
         loop {
             let allowed = |i: usize| !exclude.contains(&i) && !taken.contains(&i);
-            let Some(idx) = self.select_where(strategy, key, opts, allowed) else {
+            let in_rotation =
+                |i: usize| allowed(i) && self.counters[i].health.standing() != Standing::Out;
+            let Some(idx) = choose(&in_rotation).or_else(|| choose(&allowed)) else {
                 // Every endpoint left is some other request's trial: go
                 // where the strategy would without health.
-                let idx = self.select(strategy, key, opts, exclude)?;
+                let not_excluded = |i: usize| !exclude.contains(&i);
+                let in_rotation = |i: usize| {
+                    not_excluded(i) && self.counters[i].health.standing() != Standing::Out
+                };
+                let idx = choose(&in_rotation).or_else(|| choose(&not_excluded))?;
                 return Some((idx, self.track(idx)));
             };
             let health = &self.counters[idx].health;
@@ -369,7 +443,7 @@ impl EndpointSet {
         }
     }
 
-    fn tick(&self) -> usize {
+    pub(super) fn tick(&self) -> usize {
         self.cursor.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -446,7 +520,7 @@ impl EndpointSet {
         Some(first)
     }
 
-    fn hashed(
+    pub(super) fn hashed(
         &self,
         key: &[u8],
         opts: &RoutingOptions,
@@ -1088,7 +1162,10 @@ mod tests {
                     .flat_map(|i| (0..loads[i]).map(move |_| i))
                     .map(|i| set.track(i))
                     .collect();
-                let opts = RoutingOptions { bounded_load: factor };
+                let opts = RoutingOptions {
+                    bounded_load: factor,
+                    ..RoutingOptions::default()
+                };
                 let pick = set.select(strategy, key.as_deref(), &opts, &exclude);
                 let any_left = (0..set.len()).any(|i| !exclude.contains(&i));
                 prop_assert_eq!(pick.is_some(), any_left);

@@ -9,6 +9,10 @@
 //!    [`prefix_key`]) from headers and the [`RoutingInputs`] that model
 //!    extraction already borrowed from the body; [`KeySource`] labels it for
 //!    metrics.
+//!    [`Strategy::CacheAware`] instead hashes the prompt into
+//!    [`PromptBlocks`] and [`EndpointSet::pick_cache_aware`] scores every
+//!    pod by the prefix it holds ([`prefix_index`]) and its load
+//!    ([`backend_load`]; see [`cache_aware`]).
 //! 3. [`EndpointSet::pick`] picks the pod (ketama ring for keys,
 //!    round-robin or least-loaded otherwise), skipping pods already tried
 //!    and pods out of rotation ([`health`]: passive ejection after failures,
@@ -20,12 +24,19 @@
 
 #![warn(missing_docs)]
 
+pub mod backend_load;
+mod blocks;
+pub mod cache_aware;
 mod endpoints;
 pub mod health;
 mod keys;
 mod messages;
+pub mod prefix_index;
 mod strategy;
 mod text;
+
+pub use blocks::{PromptBlocks, BYTES_PER_TOKEN, DEFAULT_BLOCK_SIZE, MAX_PROMPT_BLOCKS};
+pub use cache_aware::{CacheAwareOptions, CacheAwareRequest, Decision};
 
 pub use endpoints::{EndpointSet, InFlight, Upstream, MAX_ENDPOINTS, VIRTUAL_NODES_PER_ENDPOINT};
 pub use keys::{
@@ -51,6 +62,10 @@ pub fn routing_key(
     match strategy {
         Strategy::SessionAffinity => session_key(headers, body),
         Strategy::Prefix => prefix_key_with_limits(headers, body, limits),
-        Strategy::Default | Strategy::LeastLoaded | Strategy::Failover | Strategy::Weighted => None,
+        Strategy::Default
+        | Strategy::LeastLoaded
+        | Strategy::CacheAware
+        | Strategy::Failover
+        | Strategy::Weighted => None,
     }
 }

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::cache_aware::CacheAwareOptions;
+
 /// How requests for one model are spread over its ready endpoints.
 ///
 /// Parsed from the model's `flexinfer.ai/routing` value (or the equivalent
@@ -22,6 +24,9 @@ pub enum Strategy {
     Prefix,
     /// Each request goes to the pod with the fewest requests in flight.
     LeastLoaded,
+    /// Each request goes to the pod with the best score of cached prompt
+    /// prefix, load and KV-cache use ([`super::cache_aware`]).
+    CacheAware,
     /// The first endpoint in list order; a retry takes the next one. Used by
     /// the global mode, whose endpoints are member clusters' gateways listed
     /// nearest (and warmest) first. Not a model annotation value.
@@ -37,11 +42,12 @@ impl Strategy {
     /// Every strategy a model may name, in the order they are listed in
     /// error messages. [`Strategy::Failover`] and [`Strategy::Weighted`] are
     /// chosen by the global mode's cluster policy, never by a model.
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::Default,
         Strategy::SessionAffinity,
         Strategy::Prefix,
         Strategy::LeastLoaded,
+        Strategy::CacheAware,
     ];
 
     /// The canonical annotation value, also used as the `strategy` metrics
@@ -52,6 +58,7 @@ impl Strategy {
             Strategy::SessionAffinity => "session-affinity",
             Strategy::Prefix => "prefix",
             Strategy::LeastLoaded => "least-loaded",
+            Strategy::CacheAware => "cache-aware",
             Strategy::Failover => "failover",
             Strategy::Weighted => "weighted",
         }
@@ -61,6 +68,12 @@ impl Strategy {
     /// proxy skip body inspection entirely for the other strategies.
     pub const fn uses_key(self) -> bool {
         matches!(self, Strategy::SessionAffinity | Strategy::Prefix)
+    }
+
+    /// Whether the strategy scores the prompt itself (its blocks), so the
+    /// proxy hashes them for this request.
+    pub const fn uses_prompt(self) -> bool {
+        matches!(self, Strategy::CacheAware)
     }
 
     /// Whether the order of the endpoints is part of the routing decision,
@@ -83,7 +96,7 @@ impl fmt::Display for Strategy {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown routing strategy {value:?}: expected one of \"default\", \"session-affinity\", \
-     \"prefix\", \"least-loaded\" (empty means \"default\")"
+     \"prefix\", \"least-loaded\", \"cache-aware\" (empty means \"default\")"
 )]
 pub struct ParseStrategyError {
     /// The rejected value, as given.
@@ -132,6 +145,8 @@ pub const DEFAULT_BOUNDED_LOAD_FACTOR: f64 = 1.25;
 /// Per-model knobs for endpoint selection, parsed once with the model config.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RoutingOptions {
+    /// Weights and sizes of [`Strategy::CacheAware`].
+    pub cache_aware: CacheAwareOptions,
     /// Consistent hashing with bounded loads (CHWBL) for the hash strategies.
     ///
     /// Affinity alone lets one hot key overload its pod while others idle.
@@ -146,9 +161,10 @@ pub struct RoutingOptions {
 
 impl RoutingOptions {
     /// Options with bounded load enabled at `factor`.
-    pub const fn with_bounded_load(factor: f64) -> Self {
+    pub fn with_bounded_load(factor: f64) -> Self {
         RoutingOptions {
             bounded_load: Some(factor),
+            ..RoutingOptions::default()
         }
     }
 
@@ -159,7 +175,7 @@ impl RoutingOptions {
             Some(factor) if !factor.is_finite() || factor < 1.0 => Err(format!(
                 "bounded-load factor must be a finite number >= 1.0, got {factor}"
             )),
-            _ => Ok(()),
+            _ => self.cache_aware.validate(),
         }
     }
 

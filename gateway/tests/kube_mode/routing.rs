@@ -164,3 +164,40 @@ async fn names_resolve_across_namespaces_aliases_and_adapters() {
         assert!(ids.contains(id), "{id} missing from {ids:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_aware_model_keeps_each_prompt_on_the_pod_that_cached_it() {
+    let server = TestApiServer::start().await;
+    let (a, b) = (pod("pod-a", &["org/m"], &[]), pod("pod-b", &["org/m"], &[]));
+    let mut m = model("default", "m", Some("Ready"), json!({}));
+    m["metadata"]["annotations"] = json!({"flexinfer.ai/routing": "cache-aware"});
+    server.insert(&m).unwrap();
+    for (name, pod) in [("m-a", &a), ("m-b", &b)] {
+        server
+            .insert(&slice("default", "m", name, &[(pod.addr(), None)]))
+            .unwrap();
+    }
+    let gw = KubeGateway::start(&server, &[]).await;
+    gw.wait_endpoints("m", 2).await;
+
+    // Two tenants with long system prompts: each stays where it went first.
+    for tenant in ["alpha", "beta"] {
+        let system = format!("{tenant} policy. ").repeat(200);
+        let mut pods = HashSet::new();
+        for turn in 0..6 {
+            let body = json!({"model": "m", "max_tokens": 1, "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": format!("question {turn}")},
+            ]});
+            let resp = crate::support::client()
+                .post(gw.url("/v1/chat/completions"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            pods.insert(served_by(&resp));
+        }
+        assert_eq!(pods.len(), 1, "{tenant} moved: {pods:?}");
+    }
+}

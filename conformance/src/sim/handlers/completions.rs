@@ -12,7 +12,8 @@ use super::json_response;
 use crate::sim::completion::{full_body, response_id, Flavor};
 use crate::sim::error::ApiError;
 use crate::sim::generation::{Pacer, Plan};
-use crate::sim::protocol::{parse_json, texts_of, ChatMessage, ChatRequest, CompletionRequest};
+use crate::sim::prefix_cache::{prefill_delay, Prompt};
+use crate::sim::protocol::{parse_json, ChatRequest, CompletionRequest};
 use crate::sim::state::{unix_now, SimState};
 use crate::sim::streaming;
 
@@ -21,17 +22,7 @@ pub async fn chat(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Res
     state.check_ready()?;
     let request: ChatRequest = parse_json(&body)?;
     let model = state.models.resolve(request.sampling.model.as_deref())?;
-    if request.messages.is_empty() {
-        return Err(ApiError::bad_request(
-            "messages must contain at least one message.",
-        ));
-    }
-    let prompt = request
-        .messages
-        .iter()
-        .map(ChatMessage::text)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let prompt = chat_prompt(&request)?;
     let plan = Plan::new(
         &state.config,
         model,
@@ -42,27 +33,56 @@ pub async fn chat(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Res
     generate(state, plan, Flavor::Chat).await
 }
 
+/// The prompt of a chat request; 400 without messages.
+pub(crate) fn chat_prompt(request: &ChatRequest) -> Result<Prompt, ApiError> {
+    if request.messages.is_empty() {
+        return Err(ApiError::bad_request(
+            "messages must contain at least one message.",
+        ));
+    }
+    Ok(Prompt::chat(&request.messages))
+}
+
+/// The prompts of a text completion request; 400 for a malformed `prompt`.
+pub(crate) fn completion_prompts(request: &CompletionRequest) -> Result<Vec<Prompt>, ApiError> {
+    Prompt::completion(&request.prompt).ok_or_else(|| {
+        ApiError::bad_request("prompt must be a string, a list of strings, or token ids.")
+    })
+}
+
 /// Text completions, streamed or whole.
 pub async fn text(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Response, ApiError> {
     state.check_ready()?;
     let request: CompletionRequest = parse_json(&body)?;
     let model = state.models.resolve(request.sampling.model.as_deref())?;
-    let prompts = texts_of(&request.prompt).ok_or_else(|| {
-        ApiError::bad_request("prompt must be a string, a list of strings, or token ids.")
-    })?;
+    let prompts = completion_prompts(&request)?;
     let plan = Plan::new(&state.config, model, &prompts, &request.sampling, "prompt")?;
     generate(state, plan, Flavor::Text).await
 }
 
-/// Admits the request, then paces and answers it.
-async fn generate(state: Arc<SimState>, plan: Plan, flavor: Flavor) -> Result<Response, ApiError> {
+/// Admits the request, looks its prompt up in the prefix cache, then paces
+/// and answers it.
+async fn generate(
+    state: Arc<SimState>,
+    mut plan: Plan,
+    flavor: Flavor,
+) -> Result<Response, ApiError> {
     state.check_injected_failure()?;
     let slot = state.admission.admit(plan.kv_tokens()).await;
+    let hit = state.prefix_cache.admit(&plan.cache_key);
+    plan.cached_tokens = hit.cached_tokens;
+    state
+        .metrics
+        .prefix_cache_lookup(hit.queried_tokens, hit.cached_tokens);
     state
         .metrics
         .prompt_tokens
         .inc_by(u64::from(plan.prompt_tokens));
-    let pacer = Pacer::start(&state.config);
+    let prefill = prefill_delay(
+        plan.uncached_tokens(),
+        state.config.prefill_tokens_per_second,
+    );
+    let pacer = Pacer::with_prefill(&state.config, prefill);
     if plan.stream {
         return Ok(streaming::response(state, plan, flavor, slot, pacer));
     }

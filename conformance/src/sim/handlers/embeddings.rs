@@ -11,9 +11,10 @@ use serde::Serialize;
 use super::json_response;
 use crate::sim::completion::response_id;
 use crate::sim::error::ApiError;
-use crate::sim::generation::Pacer;
+use crate::sim::generation::{total_prompt_tokens, Pacer};
 use crate::sim::metrics::FinishReason;
-use crate::sim::protocol::{parse_json, texts_of, EmbeddingRequest, Usage};
+use crate::sim::prefix_cache::{prefill_delay, Prompt};
+use crate::sim::protocol::{parse_json, EmbeddingRequest, Usage};
 use crate::sim::state::{unix_now, SimState};
 use crate::sim::synth;
 
@@ -52,7 +53,7 @@ pub async fn embeddings(
     state.check_ready()?;
     let request: EmbeddingRequest = parse_json(&body)?;
     let model = state.models.resolve(request.model.as_deref())?;
-    let inputs = texts_of(&request.input).ok_or_else(|| {
+    let prompts = Prompt::completion(&request.input).ok_or_else(|| {
         ApiError::bad_request("input must be a string, a list of strings, or token ids.")
     })?;
     let base64 = match request.encoding_format.as_deref() {
@@ -73,19 +74,19 @@ pub async fn embeddings(
             )))
         }
     };
-    let prompt_tokens = inputs
-        .iter()
-        .map(|i| synth::count_tokens(i).max(1))
-        .fold(0u32, u32::saturating_add);
+    let prompt_tokens = total_prompt_tokens(&prompts);
     state.check_injected_failure()?;
     let slot = state.admission.admit(u64::from(prompt_tokens)).await;
     state.metrics.prompt_tokens.inc_by(u64::from(prompt_tokens));
-    Pacer::start(&state.config).wait_for(0).await;
-    let data = inputs
+    let prefill = prefill_delay(prompt_tokens, state.config.prefill_tokens_per_second);
+    Pacer::with_prefill(&state.config, prefill)
+        .wait_for(0)
+        .await;
+    let data = prompts
         .iter()
         .enumerate()
         .map(|(index, input)| {
-            let vector = synth::embedding(input, dim);
+            let vector = synth::embedding(&input.text, dim);
             let embedding = if base64 {
                 let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
                 Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))

@@ -5,6 +5,7 @@ pub mod embeddings;
 pub mod images;
 pub mod lora;
 pub mod ops;
+pub mod prefix_match;
 pub mod recorder_api;
 
 use axum::http::{header, HeaderValue};

@@ -1,0 +1,336 @@
+//! `routing`: how well a gateway's routing strategy uses the pods' prefix
+//! (KV) caches. Conversations that share long system prompts are replayed
+//! against one gateway (`--url`), or, with `--local`, against fresh
+//! simulated pods behind a gateway started per strategy, plus an oracle that
+//! asks every pod what it has cached; the pods' counters give the hit rate
+//! and the load per pod.
+//!
+//! Modules, one job each: [`workload`] (the conversations), [`driver`]
+//! (playing them, and the oracle's choice), [`metrics`] (the pods'
+//! Prometheus counters), [`local`] (starting and stopping processes),
+//! [`report`] (table and JSON) and [`plot`] (the PNG chart).
+
+pub mod driver;
+pub mod local;
+pub mod metrics;
+pub mod plot;
+pub mod report;
+pub mod workload;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use crate::client::Client;
+use crate::load::Stop;
+use crate::target::Target;
+
+use driver::{DriveSpec, Route};
+use local::{Binaries, SimSettings, Stack};
+use metrics::{Pod, PodDelta, PodMetrics};
+use report::{LocalSettings, RoutingReport, Settings, StrategyReport};
+use workload::{ConversationSpec, Generator};
+
+/// Connect timeout of every connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time limit of one metrics scrape.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A way of picking the pod for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// The gateway's `default`: rotate over the pods.
+    RoundRobin,
+    /// The gateway's `least-loaded`: fewest requests in flight.
+    LeastLoaded,
+    /// The gateway's `prefix`: hash of the prompt's prefix.
+    Prefix,
+    /// The gateway's `cache-aware`.
+    CacheAware,
+    /// No gateway: the client asks every pod how much of the prompt it has
+    /// cached and sends the request to the best one (the upper bound).
+    Oracle,
+}
+
+impl Strategy {
+    /// Every strategy, in the default order.
+    pub const ALL: [Strategy; 5] = [
+        Strategy::RoundRobin,
+        Strategy::LeastLoaded,
+        Strategy::Prefix,
+        Strategy::CacheAware,
+        Strategy::Oracle,
+    ];
+
+    /// The flag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::RoundRobin => "round-robin",
+            Strategy::LeastLoaded => "least-loaded",
+            Strategy::Prefix => "prefix",
+            Strategy::CacheAware => "cache-aware",
+            Strategy::Oracle => "oracle",
+        }
+    }
+
+    /// The `routing` value of the gateway's model file; `None` for the oracle.
+    pub fn gateway_routing(self) -> Option<&'static str> {
+        match self {
+            Strategy::RoundRobin => Some("default"),
+            Strategy::LeastLoaded => Some("least-loaded"),
+            Strategy::Prefix => Some("prefix"),
+            Strategy::CacheAware => Some("cache-aware"),
+            Strategy::Oracle => None,
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        Strategy::ALL
+            .into_iter()
+            .find(|s| s.as_str() == text)
+            .or(match text {
+                "default" => Some(Strategy::RoundRobin),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.as_str()).collect();
+                format!("unknown strategy {text:?}: use {}", names.join(", "))
+            })
+    }
+}
+
+/// What to run, from the command line.
+#[derive(Debug, Clone)]
+pub struct RoutingSpec {
+    /// `--url`: the gateway measured (`None` with `--local`).
+    pub url: Option<String>,
+    /// Bearer token for the gateway.
+    pub api_key: Option<String>,
+    /// `model` sent (and served by local pods).
+    pub model: String,
+    /// Name of the `--url` run in the report.
+    pub label: String,
+    /// Pods whose /metrics are scraped in `--url` mode.
+    pub pod_metrics: Vec<String>,
+    /// The conversations.
+    pub conversations: ConversationSpec,
+    /// Conversations played at once.
+    pub concurrency: usize,
+    /// When each strategy stops.
+    pub stop: Stop,
+    /// `max_tokens` of every request.
+    pub max_tokens: u32,
+    /// Seed of prompts and draws (the same for every strategy).
+    pub seed: u64,
+    /// Per-request limit.
+    pub timeout: Duration,
+    /// `--local`: pods, strategies and binaries.
+    pub local: Option<LocalSpec>,
+}
+
+/// `--local` settings.
+#[derive(Debug, Clone)]
+pub struct LocalSpec {
+    /// Pods per strategy.
+    pub pods: usize,
+    /// Strategies, in order.
+    pub strategies: Vec<Strategy>,
+    /// How pods are started.
+    pub sim: SimSettings,
+    /// Binaries.
+    pub binaries: Binaries,
+}
+
+impl RoutingSpec {
+    fn settings(&self) -> Settings {
+        Settings {
+            mode: if self.local.is_some() { "local" } else { "url" },
+            url: self.url.clone(),
+            model: self.model.clone(),
+            workload: self.conversations.kind,
+            tenants: self.conversations.tenants,
+            system_tokens: self.conversations.system_tokens,
+            user_tokens: self.conversations.user_tokens,
+            turns: self.conversations.turns,
+            concurrency: self.concurrency,
+            requests: match self.stop {
+                Stop::Requests(n) => Some(n),
+                Stop::Duration(_) => None,
+            },
+            duration_s: match self.stop {
+                Stop::Duration(d) => Some(d.as_secs_f64()),
+                Stop::Requests(_) => None,
+            },
+            max_tokens: self.max_tokens,
+            seed: self.seed,
+            timeout_s: self.timeout.as_secs_f64(),
+            pod_metrics: self.pod_metrics.clone(),
+            local: self.local.as_ref().map(|l| LocalSettings {
+                pods: l.pods,
+                strategies: l.strategies.iter().map(|s| s.to_string()).collect(),
+                sim: l.sim.clone(),
+                sim_bin: l.binaries.sim.display().to_string(),
+                gateway_bin: l.binaries.gateway.as_ref().map(|p| p.display().to_string()),
+            }),
+        }
+    }
+
+    fn drive_spec(&self) -> DriveSpec {
+        DriveSpec {
+            concurrency: self.concurrency,
+            stop: self.stop,
+            timeout: self.timeout,
+            model: self.model.clone(),
+            max_tokens: self.max_tokens,
+        }
+    }
+}
+
+/// Runs every strategy of `spec` and reports them.
+pub async fn run(spec: &RoutingSpec) -> Result<RoutingReport> {
+    let strategies = match &spec.local {
+        Some(local) => run_local(spec, local).await,
+        None => vec![run_url(spec).await?],
+    };
+    Ok(RoutingReport::new(spec.settings(), strategies))
+}
+
+/// Scrapes every pod; a pod that cannot be scraped gives `None`.
+async fn scrape_all(pods: &[Pod]) -> Vec<Option<PodMetrics>> {
+    let mut out = Vec::with_capacity(pods.len());
+    for pod in pods {
+        match pod.scrape(SCRAPE_TIMEOUT).await {
+            Ok(m) => out.push(Some(m)),
+            Err(e) => {
+                tracing::warn!(pod = %pod.url, error = %format!("{e:#}"), "cannot scrape metrics");
+                out.push(None);
+            }
+        }
+    }
+    out
+}
+
+fn deltas(
+    pods: &[Pod],
+    before: &[Option<PodMetrics>],
+    after: &[Option<PodMetrics>],
+) -> Vec<PodDelta> {
+    pods.iter()
+        .enumerate()
+        .map(|(i, pod)| PodDelta::between(&pod.url, before[i].as_ref(), after[i].as_ref()))
+        .collect()
+}
+
+/// Replays the workload against `route`, scraping `pods` before and after.
+async fn measure(
+    spec: &RoutingSpec,
+    name: &str,
+    routing: Option<&str>,
+    route: Route,
+    pods: &[Pod],
+) -> StrategyReport {
+    let before = scrape_all(pods).await;
+    let generator = Generator::new(spec.conversations, spec.seed);
+    tracing::info!(strategy = name, "running");
+    let result = driver::drive(route, generator, spec.drive_spec()).await;
+    let after = scrape_all(pods).await;
+    StrategyReport::from_run(name, routing, result, deltas(pods, &before, &after), None)
+}
+
+async fn run_url(spec: &RoutingSpec) -> Result<StrategyReport> {
+    let Some(url) = spec.url.as_deref() else {
+        bail!("--url (BENCHMARK_URL) or --local must be given");
+    };
+    let target = Target::parse(url)?;
+    let client = Client::new(target, spec.api_key.as_deref(), None, CONNECT_TIMEOUT)?;
+    let pods = spec
+        .pod_metrics
+        .iter()
+        .map(|u| Pod::new(u).with_context(|| format!("--pod-metrics {u}")))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(measure(spec, &spec.label, None, Route::Gateway(client), &pods).await)
+}
+
+async fn run_local(spec: &RoutingSpec, local: &LocalSpec) -> Vec<StrategyReport> {
+    let mut reports = Vec::with_capacity(local.strategies.len());
+    for &strategy in &local.strategies {
+        let routing = strategy.gateway_routing();
+        let report = match run_one_local(spec, local, strategy).await {
+            Ok(report) => report,
+            Err(e) => {
+                tracing::warn!(%strategy, error = %format!("{e:#}"), "strategy did not run");
+                StrategyReport::failed(strategy.as_str(), routing, format!("{e:#}"))
+            }
+        };
+        reports.push(report);
+    }
+    reports
+}
+
+async fn run_one_local(
+    spec: &RoutingSpec,
+    local: &LocalSpec,
+    strategy: Strategy,
+) -> Result<StrategyReport> {
+    let routing = strategy.gateway_routing();
+    let stack = Stack::start(&local.binaries, &local.sim, local.pods, routing).await?;
+    let measured = async {
+        let pods = stack
+            .pod_urls()
+            .iter()
+            .map(|u| Pod::new(u))
+            .collect::<Result<Vec<_>>>()?;
+        let route = match &stack.gateway {
+            Some(gateway) => Route::Gateway(Client::new(
+                Target::parse(&gateway.url)?,
+                None,
+                None,
+                CONNECT_TIMEOUT,
+            )?),
+            None => Route::Oracle(
+                stack
+                    .pod_urls()
+                    .iter()
+                    .map(|u| Client::new(Target::parse(u)?, None, None, CONNECT_TIMEOUT))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+        };
+        anyhow::Ok(measure(spec, strategy.as_str(), routing, route, &pods).await)
+    }
+    .await;
+    stack.stop().await;
+    measured
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategy_names() {
+        for s in Strategy::ALL {
+            assert_eq!(s.as_str().parse::<Strategy>(), Ok(s));
+        }
+        assert_eq!("default".parse::<Strategy>(), Ok(Strategy::RoundRobin));
+        assert!("fastest"
+            .parse::<Strategy>()
+            .unwrap_err()
+            .contains("cache-aware"));
+        assert_eq!(Strategy::RoundRobin.gateway_routing(), Some("default"));
+        assert_eq!(Strategy::CacheAware.gateway_routing(), Some("cache-aware"));
+        assert_eq!(Strategy::Oracle.gateway_routing(), None);
+    }
+}
