@@ -360,8 +360,10 @@ def main() -> None:
     procs = []
     try:
         sim_port = free_port()
+        # The 1 MiB body is a prompt of 262,144 tokens (4 bytes each): give the
+        # simulator a context window that holds it, or it answers 400.
         sim = start([str(bins / "flexinfer-sim"), "--port", str(sim_port), "--model", served,
-                     "--recorder-capacity", "0"])
+                     "--recorder-capacity", "0", "--max-model-len", "100000000"])
         procs.append(sim)
         # A second simulator, paced, for the streaming comparison.
         stream_port = free_port()

@@ -170,7 +170,8 @@ def main() -> None:
     try:
         procs.append(subprocess.Popen(
             [str(target / "flexinfer-sim"), "--port", str(sim_port), "--model", "m",
-             "--tokens-per-second", str(args.tokens_per_second), "--recorder-capacity", "0"],
+             "--tokens-per-second", str(args.tokens_per_second), "--recorder-capacity", "0",
+             "--max-model-len", "100000000"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         (work / "models.yaml").write_text(
             f"models:\n- name: m\n  endpoints: [\"http://127.0.0.1:{sim_port}\"]\n")

@@ -4,6 +4,11 @@
 
 mod support;
 
+/// Bodies of several MiB are prompts of millions of tokens (4 bytes each):
+/// the simulated engines get a context window that holds them, as these
+/// tests are about moving bodies, not about context limits.
+const HUGE_CONTEXT: [&str; 2] = ["--max-model-len", "100000000"];
+
 use std::time::{Duration, Instant};
 
 use support::{endpoints, last_recorded, pod, post_json, sha256_hex, Gateway};
@@ -27,8 +32,8 @@ fn sized_chat(model: &str, len: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_and_ten_mib_json_bodies_route_and_rewrite() {
-    let big = pod("pod-big", &["big-backend"], &[]);
-    let small = pod("pod-small", &["small"], &[]);
+    let big = pod("pod-big", &["big-backend"], &HUGE_CONTEXT);
+    let small = pod("pod-small", &["small"], &HUGE_CONTEXT);
     let yaml = format!(
         "models:\n- name: big\n  backendModel: big-backend\n  endpoints: {}\n\
          - name: small\n  endpoints: {}\n",
@@ -59,7 +64,7 @@ async fn one_and_ten_mib_json_bodies_route_and_rewrite() {
 /// endpoint tried refuses the connection and the request is sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_around_the_retry_buffer_size_are_rewritten_and_retried() {
-    let live = pod("pod-live", &["m-backend"], &[]);
+    let live = pod("pod-live", &["m-backend"], &HUGE_CONTEXT);
     let dead = support::dead_endpoint(1);
     let yaml = format!(
         "models:\n- name: m\n  backendModel: m-backend\n  endpoints: [\"{dead}\", \"{}\"]\n",
@@ -109,7 +114,7 @@ async fn bodies_around_the_retry_buffer_size_are_rewritten_and_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declared_body_over_the_limit_is_refused_at_once() {
-    let sim = pod("pod-a", &["m"], &[]);
+    let sim = pod("pod-a", &["m"], &HUGE_CONTEXT);
     let yaml = format!("models:\n- name: m\n  endpoints: {}\n", endpoints(&[&sim]));
     // The default limit, 16 MiB.
     let gw = Gateway::start(&yaml, &[]);
@@ -141,7 +146,7 @@ async fn declared_body_over_the_limit_is_refused_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_body_over_the_limit_is_413_and_the_limit_itself_passes() {
-    let sim = pod("pod-a", &["m"], &[]);
+    let sim = pod("pod-a", &["m"], &HUGE_CONTEXT);
     let yaml = format!("models:\n- name: m\n  endpoints: {}\n", endpoints(&[&sim]));
     let limit = 64 * 1024;
     let gw = Gateway::start(&yaml, &["--max-body-bytes", &limit.to_string()]);
@@ -189,7 +194,7 @@ async fn chunked_body_over_the_limit_is_413_and_the_limit_itself_passes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_100_continue_is_answered_before_the_body_is_sent() {
-    let sim = pod("pod-a", &["m-backend"], &[]);
+    let sim = pod("pod-a", &["m-backend"], &HUGE_CONTEXT);
     let yaml = format!(
         "models:\n- name: m\n  backendModel: m-backend\n  endpoints: {}\n",
         endpoints(&[&sim])

@@ -372,6 +372,41 @@ async fn aliases_and_lora_adapters_resolve_to_the_base_model() {
             ("other".into(), "other".into(), Value::Null),
         ]
     );
+
+    // GET /v1/models/{id} answers one row of the list, names with a slash
+    // encoded or not; unknown names get 404, other methods 405.
+    for (path, id) in [
+        ("/v1/models/base", "base"),
+        ("/v1/models/team%2Fbase", "team/base"),
+        ("/v1/models/team/base", "team/base"),
+        ("/v1/models/sql", "sql"),
+    ] {
+        let resp = support::client().get(gw.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let row: Value = resp.json().await.unwrap();
+        assert_eq!(row["id"], id, "{path}");
+        assert_eq!(row["object"], "model");
+    }
+    let resp = support::client()
+        .get(gw.url("/v1/models/nope"))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = support::error_of(resp).await;
+    assert_eq!(status, 404);
+    support::assert_openai_error(&body, "model_not_found");
+    let resp = support::client()
+        .get(gw.url("/v1/models/%zz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let resp = support::client()
+        .delete(gw.url("/v1/models/base"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

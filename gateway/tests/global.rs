@@ -36,7 +36,8 @@ struct Member {
 /// A member gateway serving `models` from one simulator that names itself
 /// `name` in `X-Served-By`.
 fn member(name: &str, models: &[&str]) -> Member {
-    let sim = pod(name, models, &[]);
+    // Large request bodies (prompts of millions of 4-byte tokens) must fit.
+    let sim = pod(name, models, &["--max-model-len", "100000000"]);
     let mut yaml = String::from("models:\n");
     for model in models {
         yaml.push_str(&format!(

@@ -71,6 +71,13 @@ fn openai_python_sdk_works_through_the_gateway() {
     println!("openai SDK {}", result["sdk_version"]);
 
     assert_eq!(result["models"], json!(["sdk-model", "gpt-4o-mini"]));
+    // models.retrieve: GET /v1/models/{id}, answered by the gateway.
+    assert_eq!(
+        result["retrieved"],
+        json!({"id": "sdk-model", "object": "model"})
+    );
+    assert_eq!(result["retrieve_unknown"]["status"], 404);
+    assert_eq!(result["retrieve_unknown"]["code"], "model_not_found");
 
     let chat = &result["chat"];
     assert_eq!(chat["object"], "chat.completion");

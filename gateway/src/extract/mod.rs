@@ -32,6 +32,7 @@ use crate::errors::ApiError;
 
 pub use json::{parse_json, JsonView, RawJson};
 pub use multipart::multipart_model;
+pub use path::percent_decode;
 
 /// Header that names the model explicitly; it beats every other source.
 pub const MODEL_HEADER: &str = "x-model-id";

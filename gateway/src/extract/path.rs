@@ -61,8 +61,10 @@ impl<'a> ModelPrefix<'a> {
     }
 }
 
-/// Decodes `%XX` escapes; `+` stays `+` (this is a path, not a form).
-fn percent_decode(s: &str) -> Result<Cow<'_, str>, ApiError> {
+/// Decodes `%XX` escapes of a model name in a path; `+` stays `+` (this
+/// is a path, not a form). Malformed escapes and non-UTF-8 results are a
+/// 400 naming `model`.
+pub fn percent_decode(s: &str) -> Result<Cow<'_, str>, ApiError> {
     if !s.contains('%') {
         return Ok(Cow::Borrowed(s));
     }
@@ -81,7 +83,7 @@ fn percent_decode(s: &str) -> Result<Cow<'_, str>, ApiError> {
                 _ => {
                     return Err(ApiError::invalid_field(
                         "model",
-                        "malformed percent-encoding in the /model/<name> path",
+                        "malformed percent-encoding in the model name of the path",
                     ))
                 }
             }
@@ -91,7 +93,7 @@ fn percent_decode(s: &str) -> Result<Cow<'_, str>, ApiError> {
         }
     }
     String::from_utf8(out).map(Cow::Owned).map_err(|_| {
-        ApiError::invalid_field("model", "the /model/<name> path segment is not valid UTF-8")
+        ApiError::invalid_field("model", "the model name of the path is not valid UTF-8")
     })
 }
 

@@ -1,4 +1,5 @@
-//! The read-only JSON routes behind the API key: `GET /v1/models` and
+//! The read-only JSON routes behind the API key: `GET /v1/models`,
+//! `GET /v1/models/{id}` (the SDKs' `models.retrieve`) and
 //! `GET /admin/models`.
 
 use bytes::Bytes;
@@ -18,17 +19,25 @@ impl Gateway {
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Option<bool>> {
-        let build: fn(&Self) -> Value = match session.req_header().uri.path() {
-            "/v1/models" => Self::model_list,
-            "/admin/models" => Self::admin_report,
-            _ => return Ok(None),
+        let path = session.req_header().uri.path();
+        let listing = match path {
+            "/v1/models" => Ok(self.model_list()),
+            "/admin/models" => Ok(self.admin_report()),
+            _ => match path.strip_prefix("/v1/models/") {
+                Some(id) if !id.is_empty() => self.model_entry(id),
+                _ => return Ok(None),
+            },
         };
         if session.req_header().method != http::Method::GET {
             let method = session.req_header().method.to_string();
             let err = ApiError::method_not_allowed(&method);
             return reject(session, ctx, err).await.map(Some);
         }
-        let body = serde_json::to_vec(&build(self)).unwrap_or_default();
+        let listing = match listing {
+            Ok(listing) => listing,
+            Err(err) => return reject(session, ctx, err).await.map(Some),
+        };
+        let body = serde_json::to_vec(&listing).unwrap_or_default();
         respond(
             session,
             ctx,
@@ -68,6 +77,20 @@ impl Gateway {
             })
             .collect();
         json!({"object": "list", "data": data})
+    }
+
+    /// One model of the list by its id (percent-decoded, so `org%2Fm` and
+    /// `org/m` both name `org/m`); 404 `model_not_found` for names the list
+    /// does not show.
+    fn model_entry(&self, raw_id: &str) -> Result<Value, ApiError> {
+        let id = crate::extract::percent_decode(raw_id)?;
+        let mut list = self.model_list();
+        let entries = list["data"].as_array_mut().map(std::mem::take);
+        entries
+            .into_iter()
+            .flatten()
+            .find(|entry| entry["id"] == *id)
+            .ok_or_else(|| ApiError::model_not_found(&id))
     }
 
     /// Phase, queue depth, activity and swap history of models run on demand.

@@ -42,6 +42,13 @@ def main() -> None:
     result = {"sdk_version": openai.__version__}
 
     result["models"] = [m.id for m in client.models.list()]
+    retrieved = client.models.retrieve(model)
+    result["retrieved"] = {"id": retrieved.id, "object": retrieved.object}
+    try:
+        client.models.retrieve("no-such-model")
+        result["retrieve_unknown"] = None
+    except openai.NotFoundError as error:
+        result["retrieve_unknown"] = api_error(error)
 
     chat = client.chat.completions.create(
         model=model,
