@@ -279,6 +279,8 @@ pub fn route_label(path: &str) -> &'static str {
         "/v1/audio/speech",
         "/v1/rerank",
         "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
         "/v1/models",
     ];
     let path = path.split('?').next().unwrap_or(path);
@@ -306,5 +308,10 @@ mod tests {
             "/v1/chat/completions"
         );
         assert_eq!(route_label("/secret/path"), "other");
+        assert_eq!(route_label("/v1/messages"), "/v1/messages");
+        assert_eq!(
+            route_label("/v1/messages/count_tokens"),
+            "/v1/messages/count_tokens"
+        );
     }
 }
