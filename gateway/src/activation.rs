@@ -229,6 +229,19 @@ impl ActivationQueues {
         map.get(model).map_or(0, |q| q.len())
     }
 
+    /// Admits a background request (the benchmarker's, marked with the
+    /// workload-class header): served only when `model` is already Ready,
+    /// without counting as activity; never queued and never a reason to
+    /// start the model.
+    pub fn admit_background(&self, model: &str) -> Result<(), ApiError> {
+        match self.lifecycle.status(model) {
+            Some(status) if status.borrow().phase != Phase::Ready => Err(ApiError::unavailable(
+                format!("background request requires model \"{model}\" to already be Ready"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Waits until `model` is ready, activating it if needed.
     ///
     /// `cold_start` is the model's own cold-start timeout, if it has one; the

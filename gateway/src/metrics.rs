@@ -180,7 +180,7 @@ impl Metrics {
             ),
             queue_rejected: counter(
                 "flexinfer_proxy_queue_rejected_total",
-                "Requests refused while waiting for their model (queue_full, activation_timeout, activation_failed).",
+                "Requests refused while waiting for their model (queue_full, activation_timeout, activation_failed), or at once for a background request to a model that is not Ready (background_not_ready).",
                 &["model", "reason"],
             ),
             activation_retries: counter(

@@ -738,3 +738,91 @@ async fn shared_group_runs_one_member_at_a_time_within_the_cooldown() {
     );
     stop_and_check_children(gw, &[port_a, port_b]).await;
 }
+
+/// A background request (`X-FlexInfer-Internal-Workload-Class: background`,
+/// as `flexinfer-bench tps` sends) never starts a model and does not keep
+/// one alive; once the model is Ready it is served, and the header never
+/// reaches the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_request_never_starts_a_model() {
+    let _shared = TIMING.read().await;
+    let port = free_port();
+    let gw = Gateway::start_local(
+        &model_file(
+            "",
+            &[local_sim_model(
+                "bg",
+                port,
+                "200ms",
+                "    serverless: {idleTimeout: 1s}\n",
+            )],
+        ),
+        &[],
+    );
+    let client = pool_client();
+    let background = |value: &'static str| {
+        client
+            .post(gw.url("/v1/chat/completions"))
+            .header("x-flexinfer-internal-workload-class", value)
+            .json(&chat("bg"))
+            .send()
+    };
+    let (status, _, body) = error_of(background(" Background ").await.unwrap()).await;
+    assert_eq!(status, 503);
+    let err = assert_openai_error(&body, "service_unavailable");
+    assert_eq!(
+        err["message"],
+        "background request requires model \"bg\" to already be Ready"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let report = gw.admin_models().await;
+    let entry = admin_model(&report, "bg");
+    assert_eq!(entry["phase"], "Idle", "{entry}");
+    assert_eq!(counter(entry, "starts"), 0, "{entry}");
+    assert!(
+        !accepts(port).await,
+        "a background request started the model"
+    );
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "flexinfer_proxy_queue_rejected_total{model=\"bg\",reason=\"background_not_ready\"}"
+        ),
+        1.0
+    );
+
+    // Any other value is foreground: it starts the model.
+    expect_chat(background("interactive").await.unwrap(), "bg").await;
+    let resp = background("background").await.unwrap();
+    expect_chat(resp, "bg").await;
+    let recorded: Vec<Value> = client
+        .get(format!("http://127.0.0.1:{port}/sim/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let seen = recorded.last().cloned().unwrap_or_default();
+    assert!(
+        seen["headers"]
+            .as_object()
+            .is_some_and(|h| !h.contains_key("x-flexinfer-internal-workload-class")),
+        "{seen}"
+    );
+
+    // Background traffic is not activity: the model stops on time under it.
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut stopped = false;
+    while Instant::now() < until {
+        let resp = background("background").await.unwrap();
+        if resp.status() == 503 {
+            stopped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(stopped, "background requests kept the model running");
+    stop_and_check_children(gw, &[port]).await;
+}

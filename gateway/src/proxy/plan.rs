@@ -12,6 +12,7 @@ use pingora_proxy::Session;
 
 use super::body::{declared_length, read_body};
 use super::context::RequestCtx;
+use super::headers::WORKLOAD_CLASS;
 use super::Gateway;
 use crate::activation::{ActiveRequest, Admission};
 use crate::errors::ApiError;
@@ -132,7 +133,8 @@ impl Gateway {
             .route
             .paths
             .check(&resolved.route.name, path, self.is_admin(req))?;
-        let (resolved, active) = self.admit(resolved, &requested).await?;
+        let background = is_background(&session.req_header().headers);
+        let (resolved, active) = self.admit(resolved, &requested, background).await?;
         let strategy = self.strategy(&resolved);
         let (routing_key, key_source) =
             self.routing_key(strategy, &session.req_header().headers, json.as_ref());
@@ -181,15 +183,31 @@ impl Gateway {
     /// Waits for a managed model to be ready (cold start), and marks the
     /// request active on it. The route is resolved again after a wait: the
     /// model's endpoints appeared meanwhile.
+    ///
+    /// A background request is served only by a Ready model and does not
+    /// count as activity (no touch, no active-request guard).
     async fn admit(
         &self,
         resolved: Resolved,
         requested: &str,
+        background: bool,
     ) -> Result<(Resolved, Option<ActiveRequest>), ApiError> {
         let Some(queues) = &self.activation else {
             return Ok((resolved, None));
         };
         let route = &resolved.route;
+        if background {
+            return match queues.admit_background(&route.name) {
+                Ok(()) => Ok((resolved, None)),
+                Err(e) => {
+                    self.metrics
+                        .queue_rejected
+                        .with_label_values(&[&route.name, "background_not_ready"])
+                        .inc();
+                    Err(e)
+                }
+            };
+        }
         match queues.admit(&route.name, route.cold_start_timeout).await {
             Ok(admission) => {
                 let active = queues.active_request(&route.name);
@@ -253,6 +271,15 @@ impl Gateway {
         )
         .map_or((None, KeySource::None), |(k, s)| (Some(k), s))
     }
+}
+
+/// Whether the request carries `X-FlexInfer-Internal-Workload-Class:
+/// background` (trimmed, any case); any other value is foreground.
+fn is_background(headers: &HeaderMap) -> bool {
+    headers
+        .get(WORKLOAD_CLASS)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("background"))
 }
 
 /// What [`Strategy::CacheAware`] scores a request by.
