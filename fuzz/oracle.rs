@@ -123,6 +123,7 @@ pub fn check_case(case: &Case) {
         (true, 1) => BodyKind::Multipart {
             boundary: BOUNDARY.to_owned(),
         },
+        (true, 2) => BodyKind::Untyped,
         _ => BodyKind::Other,
     };
     assert_eq!(kind, want_kind);

@@ -461,3 +461,32 @@ async fn request_id_is_echoed_and_forwarded() {
         assert!(ids.insert(id), "request ids repeat");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_body_without_content_type_is_read_as_json() {
+    let fx = Fixture::start();
+    // As FastAPI-based engines do: a POST without Content-Type whose body
+    // is JSON names its model there, and is rewritten like any JSON body.
+    let sent = chat_body("json-model");
+    let resp = support::client()
+        .post(fx.gw.url("/v1/chat/completions"))
+        .body(sent.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let seen = last_recorded(fx.sim("json")).await;
+    assert_eq!(seen["model"], "json-backend");
+    assert!(seen["headers"].get("content-type").is_none(), "{seen}");
+
+    // A body that is not JSON still names no model: 400, as before.
+    let resp = support::client()
+        .post(fx.gw.url("/v1/chat/completions"))
+        .body("model=json-model")
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = support::error_of(resp).await;
+    assert_eq!(status, 400);
+    support::assert_openai_error(&body, "missing_required_field");
+}

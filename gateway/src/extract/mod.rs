@@ -94,6 +94,10 @@ pub enum BodyKind {
         /// The boundary from the Content-Type header.
         boundary: String,
     },
+    /// A POST without `Content-Type`: read as JSON when it parses as JSON
+    /// (as FastAPI-based engines such as vLLM do), else like
+    /// [`BodyKind::Other`].
+    Untyped,
     /// Nothing in the body can name the model; it need not be buffered for that.
     Other,
 }
@@ -147,8 +151,9 @@ pub fn from_head(
 ///
 /// Only POST bodies are considered. A Content-Type containing
 /// `application/json` (any case) means JSON; `multipart/form-data` with a
-/// usable boundary means multipart; anything else, including multipart
-/// without a boundary, is [`BodyKind::Other`].
+/// usable boundary means multipart; no Content-Type at all is
+/// [`BodyKind::Untyped`]; anything else, including multipart without a
+/// boundary, is [`BodyKind::Other`].
 pub fn body_kind(method: &Method, headers: &HeaderMap) -> BodyKind {
     if method != Method::POST {
         return BodyKind::Other;
@@ -157,7 +162,11 @@ pub fn body_kind(method: &Method, headers: &HeaderMap) -> BodyKind {
         .get(CONTENT_TYPE)
         .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
     else {
-        return BodyKind::Other;
+        return if headers.contains_key(CONTENT_TYPE) {
+            BodyKind::Other
+        } else {
+            BodyKind::Untyped
+        };
     };
     if contains_ignore_ascii_case(content_type, "application/json") {
         return BodyKind::Json;
@@ -194,6 +203,10 @@ pub async fn extract(
         BodyKind::Multipart { boundary } => multipart_model(body.clone(), &boundary)
             .await?
             .map(|m| (m, ModelSource::Multipart)),
+        BodyKind::Untyped => parse_json(body)
+            .ok()
+            .and_then(|v| v.model)
+            .map(|m| (m.into_owned(), ModelSource::JsonBody)),
         BodyKind::Other => None,
     };
     match found {

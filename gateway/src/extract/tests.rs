@@ -183,7 +183,13 @@ async fn json_body_is_read_only_for_post_json() {
         let e = run(Method::POST, "/v1/x", &h, body).await.unwrap_err();
         assert_eq!(e, ApiError::missing_model());
     }
-    let e = run(Method::POST, "/v1/x", &HeaderMap::new(), body)
+    // Without any Content-Type a JSON body is read as JSON (as FastAPI
+    // engines do); anything else names no model.
+    let found = run(Method::POST, "/v1/x", &HeaderMap::new(), body)
+        .await
+        .unwrap();
+    assert_eq!(found.source, ModelSource::JsonBody);
+    let e = run(Method::POST, "/v1/x", &HeaderMap::new(), b"model=m1")
         .await
         .unwrap_err();
     assert_eq!(e, ApiError::missing_model());
@@ -328,7 +334,10 @@ fn body_kind_follows_method_and_content_type() {
         body_kind(&Method::PUT, &multipart_headers()),
         BodyKind::Other
     );
-    assert_eq!(body_kind(&Method::POST, &HeaderMap::new()), BodyKind::Other);
+    assert_eq!(
+        body_kind(&Method::POST, &HeaderMap::new()),
+        BodyKind::Untyped
+    );
     let no_boundary = headers(&[("content-type", "multipart/form-data")]);
     assert_eq!(body_kind(&Method::POST, &no_boundary), BodyKind::Other);
     let mixed = headers(&[("content-type", "multipart/mixed; boundary=x")]);

@@ -88,12 +88,12 @@ impl RequestHead {
     }
 
     /// Whether the body must be read before routing: JSON bodies always
-    /// (routing fields, model rewrite), multipart ones when only the body
-    /// names the model.
+    /// (routing fields, model rewrite), multipart and untyped ones when
+    /// only the body can name the model.
     fn needs_body(&self) -> bool {
         match self.kind {
             BodyKind::Json => true,
-            BodyKind::Multipart { .. } => self.model.is_none(),
+            BodyKind::Multipart { .. } | BodyKind::Untyped => self.model.is_none(),
             BodyKind::Other => false,
         }
     }
@@ -121,6 +121,8 @@ impl Gateway {
         };
         let json = match (&head.kind, &body) {
             (BodyKind::Json, Some(b)) => Some(extract::parse_json(b)?),
+            // No Content-Type: JSON if it is JSON, as FastAPI engines read it.
+            (BodyKind::Untyped, Some(b)) => extract::parse_json(b).ok(),
             _ => None,
         };
         let requested = requested_model(head.model, json.as_ref(), &head.kind, &body).await?;
