@@ -21,7 +21,8 @@ cargo build --workspace --bins
 # malformed requests, private backend routes, a gateway killed under its
 # model processes.
 cargo test -p flexinfer-gateway --test faults --no-fail-fast
-# Everything else.
+# Everything else, the chart scenario lane (gateway/tests/chart_scenarios.rs)
+# included.
 cargo test --workspace --no-fail-fast -- --skip fault_lane::
 # The conformance suite's quick profile against a gateway and simulator started on loopback.
 "${CARGO_TARGET_DIR:-target}/debug/flexinfer-conformance" run --local --profile quick

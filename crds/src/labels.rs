@@ -109,6 +109,9 @@ pub const ROUTING: &str = "flexinfer.ai/routing";
 /// `key=value` pairs (`prefixWeight`, `loadWeight`, `kvWeight`, `blockSize`,
 /// `blocksPerEndpoint`, `loadBoundFloor`), as the model file's `cacheAware`.
 pub const CACHE_AWARE: &str = "flexinfer.ai/cache-aware";
+/// Model annotation: requests each endpoint serves at once (a positive
+/// integer); more wait in the gateway's queue by priority and tenant.
+pub const MAX_CONCURRENCY: &str = "flexinfer.ai/max-concurrency";
 /// Model annotation: comma-separated path prefixes the model serves; other
 /// paths get 404.
 pub const SERVE_PATHS: &str = "flexinfer.ai/serve-paths";

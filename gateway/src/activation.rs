@@ -1,11 +1,13 @@
-//! Cold-start queueing: requests for a model that is not ready wait in a
-//! bounded per-model queue while the model is activated, and are released in
-//! arrival order the moment it reports ready.
+//! Admission: requests for a model that is not ready wait in a bounded
+//! per-model queue while the model is activated, and are let in the moment
+//! it reports ready; requests for a model whose concurrency is bounded wait
+//! in the same queue for a free slot. The queue serves by priority class
+//! and, between tenants of one class, in turns ([`crate::flow`]).
 //!
 //! Readiness arrives as a notification (`watch` channel) from whoever runs the
 //! model (the embedded local actuator today); nothing polls.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -14,6 +16,7 @@ use flexinfer_operator::lifecycle::{ModelStatus, Phase};
 use tokio::sync::{oneshot, watch};
 
 use crate::errors::ApiError;
+use crate::flow::{Class, FairQueue, Waiter};
 
 /// Seconds a client is told to wait after a full queue.
 pub const QUEUE_FULL_RETRY_AFTER: u64 = 5;
@@ -76,45 +79,128 @@ impl Default for QueueSettings {
     }
 }
 
-type Outcome = Result<(), ApiError>;
+/// What a waiter is told: admitted (with its slot, when the model's
+/// concurrency is bounded), or why not.
+type Outcome = Result<Option<FlowPermit>, ApiError>;
 
+/// Requests of one model: those waiting (for readiness or for a slot, in
+/// one queue) and the slots held.
 #[derive(Default)]
 struct ModelQueue {
-    waiters: Mutex<VecDeque<(u64, oneshot::Sender<Outcome>)>>,
+    state: Mutex<QueueState>,
     watcher_running: AtomicBool,
 }
 
+#[derive(Default)]
+struct QueueState {
+    waiting: FairQueue<oneshot::Sender<Outcome>>,
+    /// Slots held by admitted requests (counted while `capacity` is set).
+    in_flight: usize,
+    /// Requests the model serves at once; unbounded when `None`.
+    capacity: Option<usize>,
+    /// Whether the model can serve (unmanaged models always can).
+    ready: bool,
+}
+
+impl QueueState {
+    fn has_room(&self) -> bool {
+        self.capacity.is_none_or(|c| self.in_flight < c)
+    }
+}
+
+/// A slot of a model whose concurrency is bounded, held while the request
+/// is served; dropping it lets the next waiter in.
+pub struct FlowPermit {
+    /// `None` once the slot was given back another way.
+    queue: Option<Arc<ModelQueue>>,
+}
+
+impl std::fmt::Debug for FlowPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FlowPermit")
+    }
+}
+
+impl PartialEq for FlowPermit {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.queue, &other.queue) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
+    }
+}
+
+impl Drop for FlowPermit {
+    fn drop(&mut self) {
+        if let Some(queue) = self.queue.take() {
+            let mut st = queue.lock();
+            st.in_flight = st.in_flight.saturating_sub(1);
+            queue.dispatch(&mut st);
+        }
+    }
+}
+
 impl ModelQueue {
-    fn len(&self) -> usize {
-        self.waiters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Releases every waiter, oldest first.
-    fn release(&self, outcome: &Outcome) {
-        let drained: Vec<_> = self
-            .waiters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
-            .collect();
+    fn len(&self) -> usize {
+        self.lock().waiting.len()
+    }
+
+    /// A slot for a request admitted now (counted when bounded).
+    fn take_slot(self: &Arc<Self>, st: &mut QueueState) -> Option<FlowPermit> {
+        st.capacity?;
+        st.in_flight += 1;
+        Some(FlowPermit {
+            queue: Some(self.clone()),
+        })
+    }
+
+    /// Lets in waiters, in queue order, while the model is ready and has
+    /// room. A permit that does not reach its waiter (gone meanwhile) gives
+    /// its slot back at once.
+    fn dispatch(self: &Arc<Self>, st: &mut QueueState) {
+        while st.ready && st.has_room() {
+            let Some((_, tx)) = st.waiting.pop() else {
+                break;
+            };
+            let permit = self.take_slot(st);
+            if let Err(Ok(Some(mut permit))) = tx.send(Ok(permit)) {
+                st.in_flight -= 1;
+                permit.queue = None;
+            }
+        }
+    }
+
+    /// Answers every waiter with `err`.
+    fn fail_all(&self, err: &ApiError) {
+        let drained: Vec<_> = {
+            let mut st = self.lock();
+            std::iter::from_fn(|| st.waiting.pop()).collect()
+        };
         for (_, tx) in drained {
-            let _ = tx.send(outcome.clone());
+            let _ = tx.send(Err(err.clone()));
         }
     }
 
     fn remove(&self, ticket: u64) -> usize {
-        let mut w = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-        w.retain(|(t, _)| *t != ticket);
-        w.len()
+        let mut st = self.lock();
+        st.waiting.remove(ticket);
+        st.waiting.len()
     }
 
-    /// Watches the model's readiness while anyone waits, releasing the queue
-    /// in arrival order when it turns ready (or failed). A failure that was
-    /// already reported when watching began is stale: the activation that
-    /// queued these requests retries it, so only a new failure counts.
+    fn set_ready(self: &Arc<Self>, ready: bool) {
+        let mut st = self.lock();
+        st.ready = ready;
+        self.dispatch(&mut st);
+    }
+
+    /// Watches the model's readiness while anyone waits, letting waiters in
+    /// when it turns ready (or failing them when it fails). A failure that
+    /// was already reported when watching began is stale: the activation
+    /// that queued these requests retries it, so only a new failure counts.
     async fn watch(self: Arc<Self>, model: String, mut status: watch::Receiver<ModelStatus>) {
         let mut first = true;
         loop {
@@ -123,12 +209,12 @@ impl ModelQueue {
                 (now.phase, now.message.clone())
             };
             match phase {
-                Phase::Ready => self.release(&Ok(())),
-                Phase::Failed if !first => self.release(&Err(ApiError::activation_failed(
+                Phase::Ready => self.set_ready(true),
+                Phase::Failed if !first => self.fail_all(&ApiError::activation_failed(
                     &model,
                     message.as_deref().unwrap_or("the model process failed"),
-                ))),
-                _ => {}
+                )),
+                _ => self.set_ready(false),
             }
             first = false;
             if self.len() == 0 {
@@ -139,17 +225,13 @@ impl ModelQueue {
                     return;
                 }
             }
-            // A request that saw the model not ready just before it turned
-            // ready may have queued after the release above; no change will
-            // come to wake it, so release it now.
+            // Waiters left while ready wait for a slot, not for this watch.
             if status.borrow().phase == Phase::Ready {
-                continue;
+                self.watcher_running.store(false, Ordering::SeqCst);
+                return;
             }
             if status.changed().await.is_err() {
-                self.release(&Err(ApiError::activation_failed(
-                    &model,
-                    "model was removed",
-                )));
+                self.fail_all(&ApiError::activation_failed(&model, "model was removed"));
                 self.watcher_running.store(false, Ordering::SeqCst);
                 return;
             }
@@ -157,9 +239,12 @@ impl ModelQueue {
     }
 }
 
-/// The per-model queues in front of a [`ModelLifecycle`].
+/// The per-model queues in front of the models: requests wait here for a
+/// cold start ([`ModelLifecycle`]) and, when a model's concurrency is
+/// bounded, for a free slot, served by priority class and fair share
+/// between tenants ([`crate::flow`]).
 pub struct ActivationQueues {
-    lifecycle: Arc<dyn ModelLifecycle>,
+    lifecycle: Option<Arc<dyn ModelLifecycle>>,
     settings: QueueSettings,
     queues: Mutex<HashMap<String, Arc<ModelQueue>>>,
     tickets: AtomicU64,
@@ -174,6 +259,28 @@ pub enum Admission {
     Waited(Duration),
 }
 
+/// One request asking to be served.
+#[derive(Debug, Clone)]
+pub struct AdmitRequest<'a> {
+    /// The model.
+    pub model: &'a str,
+    /// The model's own cold-start bound, if it has one.
+    pub cold_start: Option<Duration>,
+    /// Requests the model serves at once, when bounded.
+    pub capacity: Option<usize>,
+    /// Its class and tenant.
+    pub who: Waiter,
+}
+
+/// An admitted request: how long it waited and the slot it holds.
+#[derive(Debug, PartialEq)]
+pub struct Admitted {
+    /// Whether and how long it waited.
+    pub admission: Admission,
+    /// Its slot, when the model's concurrency is bounded.
+    pub permit: Option<FlowPermit>,
+}
+
 /// Removes a waiter from its queue when its request goes away, and updates
 /// the demand the lifecycle sees.
 struct Slot<'a> {
@@ -186,13 +293,16 @@ struct Slot<'a> {
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         let left = self.queue.remove(self.ticket);
-        self.queues.lifecycle.demand(self.model, left as u32);
+        if let Some(l) = &self.queues.lifecycle {
+            l.demand(self.model, left as u32);
+        }
     }
 }
 
 impl ActivationQueues {
-    /// Queues in front of `lifecycle`.
-    pub fn new(lifecycle: Arc<dyn ModelLifecycle>, settings: QueueSettings) -> Self {
+    /// Queues in front of `lifecycle` (none: every model is always ready,
+    /// and only bounded concurrency makes requests wait).
+    pub fn new(lifecycle: Option<Arc<dyn ModelLifecycle>>, settings: QueueSettings) -> Self {
         Self {
             lifecycle,
             settings,
@@ -201,19 +311,24 @@ impl ActivationQueues {
         }
     }
 
-    /// The lifecycle behind the queues.
-    pub fn lifecycle(&self) -> &Arc<dyn ModelLifecycle> {
-        &self.lifecycle
+    /// The lifecycle behind the queues, when models are run on demand.
+    pub fn lifecycle(&self) -> Option<&Arc<dyn ModelLifecycle>> {
+        self.lifecycle.as_ref()
+    }
+
+    fn status(&self, model: &str) -> Option<watch::Receiver<ModelStatus>> {
+        self.lifecycle.as_ref()?.status(model)
     }
 
     /// Marks a request for `model` as being served until the guard drops,
     /// so that the model is not stopped for idleness under it; `None` for
     /// models that are not managed (always ready).
     pub fn active_request(&self, model: &str) -> Option<ActiveRequest> {
-        self.lifecycle.status(model)?;
-        self.lifecycle.request_started(model);
+        let lifecycle = self.lifecycle.as_ref()?;
+        lifecycle.status(model)?;
+        lifecycle.request_started(model);
         Some(ActiveRequest {
-            lifecycle: self.lifecycle.clone(),
+            lifecycle: lifecycle.clone(),
             model: Arc::from(model),
         })
     }
@@ -229,77 +344,147 @@ impl ActivationQueues {
         map.get(model).map_or(0, |q| q.len())
     }
 
-    /// Admits a background request (the benchmarker's, marked with the
-    /// workload-class header): served only when `model` is already Ready,
-    /// without counting as activity; never queued and never a reason to
-    /// start the model.
-    pub fn admit_background(&self, model: &str) -> Result<(), ApiError> {
-        match self.lifecycle.status(model) {
-            Some(status) if status.borrow().phase != Phase::Ready => Err(ApiError::unavailable(
-                format!("background request requires model \"{model}\" to already be Ready"),
-            )),
-            _ => Ok(()),
-        }
+    /// Waiting requests and held slots of every model, by class and tenant,
+    /// for `/admin/tenants`.
+    pub fn report(&self) -> serde_json::Value {
+        let map = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut models: Vec<_> = map
+            .iter()
+            .map(|(model, q)| {
+                let st = q.lock();
+                let waiting: Vec<_> = st
+                    .waiting
+                    .depths()
+                    .into_iter()
+                    .map(|(class, tenant, n)| {
+                        serde_json::json!({"class": class.as_str(), "tenant": &*tenant, "waiting": n})
+                    })
+                    .collect();
+                serde_json::json!({
+                    "model": model,
+                    "inFlight": st.in_flight,
+                    "capacity": st.capacity,
+                    "waiting": waiting,
+                })
+            })
+            .collect();
+        models.sort_by(|a, b| a["model"].as_str().cmp(&b["model"].as_str()));
+        serde_json::Value::Array(models)
     }
 
-    /// Waits until `model` is ready, activating it if needed.
+    /// Admits a request: at once when its model is ready and has room;
+    /// otherwise it waits, activating the model if it is not running.
     ///
-    /// `cold_start` is the model's own cold-start timeout, if it has one; the
-    /// wait is bounded by the largest of it, the queue timeout and the default
-    /// cold-start timeout.
-    pub async fn admit(
-        &self,
-        model: &str,
-        cold_start: Option<Duration>,
-    ) -> Result<Admission, ApiError> {
-        let Some(status) = self.lifecycle.status(model) else {
-            return Ok(Admission::Ready);
+    /// The wait is bounded by the largest of the model's own cold-start
+    /// bound, the queue timeout and the default cold-start timeout while
+    /// the model is not ready, by the queue timeout while it waits for a
+    /// slot. A background request never starts a model: it is refused
+    /// unless the model is Ready, and waits for a slot behind every other
+    /// class. When the queue is full, a request that ranks above a waiter
+    /// takes that waiter's place (the youngest of the lowest class, which
+    /// is told the queue is full).
+    pub async fn admit(&self, req: AdmitRequest<'_>) -> Result<Admitted, ApiError> {
+        let model = req.model;
+        let background = req.who.class == Class::Background;
+        let status = self.status(model);
+        let ready = status
+            .as_ref()
+            .is_none_or(|s| s.borrow().phase == Phase::Ready);
+        if background && !ready {
+            return Err(ApiError::unavailable(format!(
+                "background request requires model \"{model}\" to already be Ready"
+            )));
+        }
+        let managed = status.is_some();
+        let touch = |this: &Self| {
+            if let (Some(l), false, true) = (&this.lifecycle, background, managed) {
+                l.touch(model);
+            }
         };
-        if status.borrow().phase == Phase::Ready {
-            self.lifecycle.touch(model);
-            return Ok(Admission::Ready);
+        if ready && req.capacity.is_none() {
+            touch(self);
+            return Ok(Admitted {
+                admission: Admission::Ready,
+                permit: None,
+            });
         }
         let started = Instant::now();
         let queue = self.queue(model);
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
         let (tx, mut done) = oneshot::channel();
-        let depth = {
-            let mut w = queue.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-            if w.len() >= self.settings.max_queue {
-                let mut e = ApiError::queue_full();
-                e.retry_after = Some(QUEUE_FULL_RETRY_AFTER);
-                return Err(e);
+        let (depth, evicted) = {
+            let mut st = queue.lock();
+            st.capacity = req.capacity;
+            st.ready = ready;
+            if ready && st.waiting.is_empty() && st.has_room() {
+                let permit = queue.take_slot(&mut st);
+                drop(st);
+                touch(self);
+                return Ok(Admitted {
+                    admission: Admission::Ready,
+                    permit,
+                });
             }
-            w.push_back((ticket, tx));
-            w.len()
+            let evicted = if st.waiting.len() >= self.settings.max_queue {
+                match st.waiting.evict_below(req.who.class) {
+                    Some((_, tx)) => Some(tx),
+                    None => return Err(queue_full()),
+                }
+            } else {
+                None
+            };
+            st.waiting.push(&req.who, ticket, tx);
+            (st.waiting.len(), evicted)
         };
+        if let Some(tx) = evicted {
+            let _ = tx.send(Err(queue_full()));
+        }
         let _slot = Slot {
             queues: self,
             queue: queue.clone(),
             model,
             ticket,
         };
-        self.lifecycle.demand(model, depth as u32);
-        self.lifecycle.activate(model);
-
-        let wait = self
-            .settings
-            .queue_timeout
-            .max(self.settings.cold_start_timeout)
-            .max(cold_start.unwrap_or_default());
-        if !queue.watcher_running.swap(true, Ordering::SeqCst) {
-            tokio::spawn(queue.clone().watch(model.to_string(), status));
-        }
+        let wait = if ready {
+            self.settings.queue_timeout
+        } else {
+            let lifecycle = self
+                .lifecycle
+                .as_ref()
+                .expect("a status comes from a lifecycle");
+            lifecycle.demand(model, depth as u32);
+            lifecycle.activate(model);
+            if let Some(status) = status {
+                if !queue.watcher_running.swap(true, Ordering::SeqCst) {
+                    tokio::spawn(queue.clone().watch(model.to_string(), status));
+                }
+            }
+            self.settings
+                .queue_timeout
+                .max(self.settings.cold_start_timeout)
+                .max(req.cold_start.unwrap_or_default())
+        };
         match tokio::time::timeout(wait, &mut done).await {
-            Ok(Ok(Ok(()))) => {
-                self.lifecycle.touch(model);
-                Ok(Admission::Waited(started.elapsed()))
+            Ok(Ok(Ok(permit))) => {
+                touch(self);
+                Ok(Admitted {
+                    admission: Admission::Waited(started.elapsed()),
+                    permit,
+                })
             }
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err(ApiError::internal("activation queue closed")),
+            Err(_) if ready => Err(ApiError::queue_timeout(model, wait)),
             Err(_) => Err(ApiError::activation_timeout(wait)),
         }
     }
+}
+
+/// 503 for a full queue, with the time to retry after.
+fn queue_full() -> ApiError {
+    let mut e = ApiError::queue_full();
+    e.retry_after = Some(QUEUE_FULL_RETRY_AFTER);
+    e
 }
 
 #[cfg(test)]
@@ -352,9 +537,30 @@ mod tests {
         }
     }
 
+    fn normal(tenant: &str) -> Waiter {
+        Waiter {
+            class: Class::Normal,
+            tenant: Arc::from(tenant),
+        }
+    }
+
+    async fn admit(
+        q: &ActivationQueues,
+        model: &str,
+        cold_start: Option<Duration>,
+    ) -> Result<Admission, ApiError> {
+        let request = AdmitRequest {
+            model,
+            cold_start,
+            capacity: None,
+            who: normal(""),
+        };
+        q.admit(request).await.map(|a| a.admission)
+    }
+
     fn queues(l: Arc<Manual>, max_queue: usize, timeout_ms: u64) -> Arc<ActivationQueues> {
         Arc::new(ActivationQueues::new(
-            l,
+            Some(l),
             QueueSettings {
                 max_queue,
                 queue_timeout: Duration::from_millis(timeout_ms),
@@ -367,8 +573,8 @@ mod tests {
     async fn unmanaged_and_ready_models_pass_without_queueing() {
         let l = Manual::new(Phase::Ready);
         let q = queues(l.clone(), 1, 100);
-        assert_eq!(q.admit("other", None).await, Ok(Admission::Ready));
-        assert_eq!(q.admit("m", None).await, Ok(Admission::Ready));
+        assert_eq!(admit(&q, "other", None).await, Ok(Admission::Ready));
+        assert_eq!(admit(&q, "m", None).await, Ok(Admission::Ready));
         assert_eq!(l.activations.load(Ordering::SeqCst), 0);
     }
 
@@ -381,7 +587,7 @@ mod tests {
         for i in 0..5 {
             let (qc, order) = (q.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let r = qc.admit("m", None).await;
+                let r = admit(&qc, "m", None).await;
                 order.lock().unwrap().push(i);
                 r
             }));
@@ -404,12 +610,12 @@ mod tests {
         let q = queues(l.clone(), 1, 200);
         let first = {
             let q = q.clone();
-            tokio::spawn(async move { q.admit("m", None).await })
+            tokio::spawn(async move { admit(&q, "m", None).await })
         };
         while q.depth("m") < 1 {
             tokio::task::yield_now().await;
         }
-        let full = q.admit("m", None).await.unwrap_err();
+        let full = admit(&q, "m", None).await.unwrap_err();
         assert_eq!((full.status, full.code), (503, "queue_full"));
         assert_eq!(full.retry_after, Some(QUEUE_FULL_RETRY_AFTER));
         let timed_out = first.await.unwrap().unwrap_err();
@@ -421,7 +627,7 @@ mod tests {
 
         let waiter = {
             let q = q.clone();
-            tokio::spawn(async move { q.admit("m", Some(Duration::from_secs(5))).await })
+            tokio::spawn(async move { admit(&q, "m", Some(Duration::from_secs(5))).await })
         };
         while q.depth("m") < 1 {
             tokio::task::yield_now().await;
@@ -438,7 +644,7 @@ mod tests {
         let q = queues(l.clone(), 5, 5_000);
         let t = {
             let q = q.clone();
-            tokio::spawn(async move { q.admit("m", None).await })
+            tokio::spawn(async move { admit(&q, "m", None).await })
         };
         while q.depth("m") < 1 {
             tokio::task::yield_now().await;
@@ -455,7 +661,7 @@ mod tests {
         let q = queues(l.clone(), 5, 5_000);
         let t = {
             let q = q.clone();
-            tokio::spawn(async move { q.admit("m", None).await })
+            tokio::spawn(async move { admit(&q, "m", None).await })
         };
         while q.depth("m") < 1 {
             tokio::task::yield_now().await;
@@ -463,5 +669,105 @@ mod tests {
         t.abort();
         let _ = t.await;
         assert_eq!(q.depth("m"), 0);
+    }
+
+    fn bounded<'a>(model: &'a str, class: Class, tenant: &str) -> AdmitRequest<'a> {
+        AdmitRequest {
+            model,
+            cold_start: None,
+            capacity: Some(1),
+            who: Waiter {
+                class,
+                tenant: Arc::from(tenant),
+            },
+        }
+    }
+
+    /// Queues a bounded request in a task; returns when it waits.
+    async fn queued(
+        q: &Arc<ActivationQueues>,
+        class: Class,
+        tenant: &'static str,
+        order: &Arc<Mutex<Vec<&'static str>>>,
+    ) -> tokio::task::JoinHandle<Result<(), ApiError>> {
+        let before = q.depth("free");
+        let (q2, order) = (q.clone(), order.clone());
+        let task = tokio::spawn(async move {
+            let admitted = q2.admit(bounded("free", class, tenant)).await?;
+            order.lock().unwrap().push(tenant);
+            drop(admitted);
+            Ok(())
+        });
+        while q.depth("free") == before {
+            tokio::task::yield_now().await;
+        }
+        task
+    }
+
+    #[tokio::test]
+    async fn a_bounded_model_lets_waiters_in_by_class_then_in_tenant_turns() {
+        let q = queues(Manual::new(Phase::Ready), 100, 5_000);
+        let held = q.admit(bounded("free", Class::Normal, "a")).await.unwrap();
+        assert!(held.permit.is_some());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for tenant in ["a1", "a1", "a1", "b1"] {
+            tasks.push(queued(&q, Class::Low, tenant, &order).await);
+        }
+        tasks.push(queued(&q, Class::Background, "bench", &order).await);
+        tasks.push(queued(&q, Class::High, "c1", &order).await);
+        drop(held);
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["c1", "a1", "b1", "a1", "a1", "bench"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_makes_room_for_a_higher_class_and_times_out_slots() {
+        let q = queues(Manual::new(Phase::Ready), 2, 300);
+        let _held = q.admit(bounded("free", Class::Normal, "a")).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let old = queued(&q, Class::Low, "old", &order).await;
+        let young = queued(&q, Class::Low, "young", &order).await;
+        let full = q.admit(bounded("free", Class::Low, "x")).await.unwrap_err();
+        assert_eq!(
+            (full.code, full.retry_after),
+            ("queue_full", Some(QUEUE_FULL_RETRY_AFTER))
+        );
+        let high = {
+            let q = q.clone();
+            tokio::spawn(
+                async move { q.admit(bounded("free", Class::High, "h")).await.map(|_| ()) },
+            )
+        };
+        let evicted = young.await.unwrap().unwrap_err();
+        assert_eq!(
+            evicted.code, "queue_full",
+            "the youngest of the lowest class made room"
+        );
+        let timed_out = high.await.unwrap().unwrap_err();
+        assert_eq!((timed_out.status, timed_out.code), (503, "queue_timeout"));
+        assert!(old.await.unwrap().is_err());
+        assert_eq!(q.depth("free"), 0);
+    }
+
+    #[tokio::test]
+    async fn background_requests_never_start_a_model() {
+        let l = Manual::new(Phase::Idle);
+        let q = queues(l.clone(), 10, 1_000);
+        let err = q
+            .admit(bounded("m", Class::Background, ""))
+            .await
+            .unwrap_err();
+        assert_eq!(err.status, 503);
+        assert_eq!(
+            err.message,
+            "background request requires model \"m\" to already be Ready"
+        );
+        assert_eq!(l.activations.load(Ordering::SeqCst), 0);
     }
 }

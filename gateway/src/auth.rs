@@ -55,9 +55,13 @@ impl Auth {
     /// is case-insensitive and may be followed by several spaces, as RFC
     /// 9110 allows).
     pub fn check(&self, authorization: Option<&[u8]>) -> bool {
-        let Some(token) = authorization.and_then(bearer_token) else {
-            return false;
-        };
+        authorization
+            .and_then(bearer_token)
+            .is_some_and(|token| self.check_key(token))
+    }
+
+    /// Checks a bare key.
+    pub fn check_key(&self, token: &[u8]) -> bool {
         let digest: [u8; 32] = Sha256::digest(token).into();
         let mut ok = subtle::Choice::from(0);
         for d in &self.digests {
@@ -68,7 +72,7 @@ impl Auth {
 }
 
 /// The token of a `Bearer` credential, if the value is one.
-fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     let (scheme, rest) = value.split_at_checked(6)?;
     if !scheme.eq_ignore_ascii_case(b"Bearer") || rest.first() != Some(&b' ') {
         return None;

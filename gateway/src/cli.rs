@@ -1,11 +1,14 @@
 //! Command-line flags; every spec environment variable maps to one flag with
 //! the spec's default.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use flexinfer_operator::controllers::{ControllerSettings, LeaderElection};
+use flexinfer_operator::settings::ControllerArgs;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -89,8 +92,11 @@ pub struct Cli {
 
     /// Kubernetes mode: run the operator's controllers (Model, ModelDeployment,
     /// GPUGroup, ModelCache, LoRAAdapter) inside the gateway, so that one
-    /// Deployment is the whole control plane. File mode always runs its own
-    /// local operator.
+    /// Deployment is the whole control plane. They take the options of
+    /// flexinfer-operator (--scheduler-name, --flash-loader-image, ...) and
+    /// its image overrides of the backend catalog from the environment
+    /// (DEFAULT_VLLM_IMAGE, ...). File mode always runs its own local
+    /// operator.
     #[arg(long, env = "FLEXINFER_EMBEDDED_OPERATOR", value_parser = BoolishValueParser::new())]
     pub embedded_operator: bool,
 
@@ -156,7 +162,8 @@ pub struct Cli {
     #[arg(long, env = "PROXY_MAX_CONNECTIONS_PER_CLIENT", default_value_t = 0)]
     pub max_connections_per_client: usize,
 
-    /// Require `Authorization: Bearer <key>` on inference routes.
+    /// Require an API key (`Authorization: Bearer <key>` or `x-api-key`)
+    /// on inference routes.
     #[arg(long, env = "PROXY_AUTH_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
     pub auth_enabled: bool,
 
@@ -172,6 +179,15 @@ pub struct Cli {
     /// File with accepted API keys, one per line.
     #[arg(long, env = "PROXY_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
+
+    /// API-key file (YAML): tenants with their keys (or the keys' SHA-256
+    /// digests), the models each may use, a priority class and
+    /// requests/s and tokens/min limits (docs/tenants.md). Turns API keys
+    /// on; reloaded when it changes or on SIGHUP, keeping the keys in force
+    /// when the new file is invalid. Keys of --auth-token stay valid as the
+    /// tenant "anonymous".
+    #[arg(long, env = "PROXY_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
 
     /// Admin keys, comma-separated: routes that change what a model server
     /// serves (LoRA adapter load/unload), when a model serves them, need
@@ -214,6 +230,12 @@ pub struct Cli {
     /// it reveals endpoint addresses, so it is off by default).
     #[arg(long, env = "FLEXINFER_PROXY_ROUTE_DEBUG_HEADER", default_value_t = false, action = clap::ArgAction::Set)]
     pub route_debug_header: bool,
+
+    /// How a service label claimed by several models picks one of its Ready
+    /// members: `round-robin` (also empty, the default), `least-loaded`,
+    /// `prefix-or-rr`, `session-or-rr` or `prefix-session-or-rr`.
+    #[arg(long, env = "FLEXINFER_PROXY_LABEL_GROUP_ROUTING")]
+    pub label_group_routing: Option<String>,
 
     /// How often the engines of `cache-aware` models are asked for their load
     /// (`GET /metrics`: queue, running requests, KV-cache use, LoRA adapters).
@@ -276,9 +298,19 @@ pub struct Cli {
     #[arg(long, env = "PROXY_UPSTREAM_KEEPALIVE_TIMEOUT", default_value = "4s", value_parser = humantime::parse_duration)]
     pub upstream_keepalive_timeout: Duration,
 
-    /// Requests queued per model while it is activated from zero.
+    /// Requests queued per model while it is activated from zero or while
+    /// its endpoints are all busy (see --max-concurrency-per-endpoint). A
+    /// request that ranks above a waiter takes its place when it is full.
     #[arg(long, env = "PROXY_MAX_QUEUE_SIZE", default_value_t = 100)]
     pub max_queue_size: usize,
+
+    /// Requests each endpoint of a model serves at once (0: unbounded); a
+    /// model's `maxConcurrency` (annotation `flexinfer.ai/max-concurrency`)
+    /// overrides it. When every endpoint is busy, requests wait in the
+    /// gateway, by priority class and in turns between tenants, for up to
+    /// --queue-timeout, instead of piling onto the engines.
+    #[arg(long, env = "PROXY_MAX_CONCURRENCY_PER_ENDPOINT", default_value_t = 0)]
+    pub max_concurrency_per_endpoint: u32,
 
     /// Longest time a request waits in an activation queue.
     #[arg(long, env = "PROXY_QUEUE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
@@ -330,6 +362,12 @@ pub struct Cli {
         default_value = "info,pingora_core::connectors=off"
     )]
     pub log_level: String,
+
+    /// Options of the embedded operator's controllers, the same as
+    /// flexinfer-operator's; they apply with --embedded-operator only. Last
+    /// field: its help heading holds for every argument after it.
+    #[command(flatten, next_help_heading = "Embedded operator")]
+    pub controllers: ControllerArgs,
 }
 
 impl Cli {
@@ -452,6 +490,18 @@ impl Cli {
                     .to_string(),
             );
         }
+        let operator_flags = self.controllers.changed_flags();
+        if !self.embedded_operator && !operator_flags.is_empty() {
+            let (verb, need) = match operator_flags.len() {
+                1 => ("configures", "needs"),
+                _ => ("configure", "need"),
+            };
+            problems.push(format!(
+                "{} {verb} the embedded operator's controllers and {need} --embedded-operator \
+                 (FLEXINFER_EMBEDDED_OPERATOR)",
+                operator_flags.join(", ")
+            ));
+        }
         if self.outlier_base_ejection.is_zero()
             || self.outlier_max_ejection < self.outlier_base_ejection
         {
@@ -478,11 +528,59 @@ impl Cli {
         if self.max_body_bytes == 0 {
             problems.push("PROXY_MAX_BODY_BYTES must be > 0".to_string());
         }
+        if let Err(e) = self.label_group_mode() {
+            problems.push(e);
+        }
         if problems.is_empty() {
             Ok(())
         } else {
             Err(problems.join("; "))
         }
+    }
+
+    /// This replica's identity in the leader-election Lease: `--pod-name`
+    /// (`POD_NAME`), else `HOSTNAME`, else `flexinfer-gateway-<pid>`.
+    pub fn identity(&self) -> String {
+        self.pod_name
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("flexinfer-gateway-{}", std::process::id()))
+    }
+
+    /// Namespace the embedded controllers watch: the one watched namespace,
+    /// else all (`None`); the controllers watch one namespace or all.
+    pub fn controller_namespace(&self) -> Option<String> {
+        match (self.all_namespaces, self.namespaces.as_slice()) {
+            (true, _) => None,
+            (false, []) => Some(self.pod_namespace.clone()),
+            (false, [one]) => Some(one.clone()),
+            (false, _) => None,
+        }
+    }
+
+    /// The settings of the embedded operator's controllers
+    /// (`--embedded-operator`) for the replica `identity`, with the backend
+    /// catalog's `image_overrides`: the mapping flexinfer-operator uses
+    /// ([`ControllerArgs::controller_settings`]), with the Lease in
+    /// POD_NAMESPACE when `--leader-elect` is set and events reported as
+    /// `flexinfer-gateway`. The metrics registry is left to the caller.
+    pub fn controller_settings(
+        &self,
+        identity: &str,
+        image_overrides: BTreeMap<String, String>,
+    ) -> ControllerSettings {
+        let leader_election = self.leader_elect.then(|| {
+            let mut election = LeaderElection::new(&self.pod_namespace, identity);
+            election.lease_name = self.leader_election_lease.clone();
+            election
+        });
+        let mut settings = self.controllers.controller_settings(
+            self.controller_namespace(),
+            leader_election,
+            image_overrides,
+        );
+        settings.reporter = "flexinfer-gateway".to_owned();
+        settings
     }
 
     /// Whether the gateway runs in global mode (`--global` or `--global-object`).
@@ -507,6 +605,11 @@ impl Cli {
             max_connections: self.max_connections,
             max_connections_per_client: self.max_connections_per_client,
         }
+    }
+
+    /// The label-group mode (`--label-group-routing`); unset is round-robin.
+    pub fn label_group_mode(&self) -> Result<crate::label_groups::LabelGroupMode, String> {
+        self.label_group_routing.as_deref().unwrap_or("").parse()
     }
 
     /// Upstream attempts clamped to 1..=3, as the spec does.
@@ -600,6 +703,133 @@ mod tests {
         assert_eq!(cli.leader_election_lease, "flexinfer-operator");
         let cli = Cli::parse_from(["x", "-c", "m.yaml", "--embedded-operator"]);
         assert!(cli.validate().unwrap_err().contains("--embedded-operator"));
+    }
+
+    #[test]
+    fn embedded_operator_flags_map_onto_the_settings() {
+        let cli = Cli::try_parse_from([
+            "flexinfer-gateway",
+            "--kubernetes",
+            "--embedded-operator",
+            "--pod-namespace=ops",
+            "--namespaces=team-a",
+            "--leader-elect",
+            "--leader-election-lease=flexinfer-controllers",
+            "--scheduler-name=flexinfer-scheduler",
+            "--flash-loader-image=registry.example.com/flashload:1",
+            "--quantizer-image=registry.example.com/quantizer:2",
+            "--shm-size-limit=16Gi",
+            "--skip-crd-check",
+            "--no-kv-cache-scrape",
+            "--federation",
+            "--cluster-failure-threshold=2",
+        ])
+        .unwrap();
+        assert!(cli.validate().is_ok());
+        let overrides = BTreeMap::from([("DEFAULT_VLLM_IMAGE".to_owned(), "vllm:x".to_owned())]);
+        let settings = cli.controller_settings("gateway-0", overrides.clone());
+        assert_eq!(settings.namespace.as_deref(), Some("team-a"));
+        let le = settings.leader_election.expect("leader election");
+        assert_eq!(
+            (
+                le.namespace.as_str(),
+                le.lease_name.as_str(),
+                le.identity.as_str()
+            ),
+            ("ops", "flexinfer-controllers", "gateway-0")
+        );
+        let build = &settings.build;
+        assert_eq!(build.scheduler_name.as_deref(), Some("flexinfer-scheduler"));
+        assert_eq!(
+            (
+                build.flash_loader_image.as_str(),
+                build.quantizer_image.as_str(),
+                build.shm_size_limit.as_str()
+            ),
+            (
+                "registry.example.com/flashload:1",
+                "registry.example.com/quantizer:2",
+                "16Gi"
+            )
+        );
+        assert_eq!(build.image_overrides, overrides);
+        assert!(!settings.check_crds);
+        assert!(!settings.kv_cache_scrape);
+        assert_eq!(settings.federation.map(|f| f.failure_threshold), Some(2));
+        assert_eq!(settings.reporter, "flexinfer-gateway");
+    }
+
+    #[test]
+    fn embedded_operator_settings_match_the_operators() {
+        let flags = [
+            "--scheduler-name=s",
+            "--flash-loader-image=f:1",
+            "--quantizer-image=q:1",
+            "--no-kv-cache-scrape",
+        ];
+        let gateway = Cli::try_parse_from(
+            ["flexinfer-gateway", "--kubernetes", "--embedded-operator"]
+                .into_iter()
+                .chain(flags),
+        )
+        .unwrap();
+        let operator = flexinfer_operator::cli::Cli::try_parse_from(
+            ["flexinfer-operator"].into_iter().chain(flags),
+        )
+        .unwrap();
+        let overrides = BTreeMap::from([("DEFAULT_VLLM_IMAGE".to_owned(), "vllm:x".to_owned())]);
+        let from_gateway = gateway.controller_settings("a", overrides.clone());
+        let from_operator = operator.controller_settings("a", overrides);
+        assert_eq!(from_gateway.build, from_operator.build);
+        assert_eq!(
+            (from_gateway.check_crds, from_gateway.kv_cache_scrape),
+            (from_operator.check_crds, from_operator.kv_cache_scrape)
+        );
+        // Without flags, the built-in defaults of both.
+        let plain = Cli::try_parse_from(["x", "--kubernetes", "--embedded-operator"]).unwrap();
+        let settings = plain.controller_settings("a", BTreeMap::new());
+        assert_eq!(settings.build, Default::default());
+        assert_eq!(settings.namespace.as_deref(), Some("default"));
+        assert!(settings.leader_election.is_none() && settings.federation.is_none());
+    }
+
+    #[test]
+    fn operator_flags_need_the_embedded_operator() {
+        let e = Cli::parse_from(["x", "--kubernetes", "--scheduler-name=s"])
+            .validate()
+            .unwrap_err();
+        assert!(e.contains("--scheduler-name configures"), "{e}");
+        assert!(e.contains("--embedded-operator"), "{e}");
+        let e = Cli::parse_from(["x", "-c", "m.yaml", "--quantizer-image=q", "--federation"])
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.contains("--quantizer-image, --federation configure"),
+            "{e}"
+        );
+        let cli = Cli::parse_from([
+            "x",
+            "--kubernetes",
+            "--embedded-operator",
+            "--scheduler-name=s",
+        ]);
+        assert!(cli.validate().is_ok());
+    }
+
+    #[test]
+    fn label_group_routing_is_one_of_the_spec_modes() {
+        use crate::label_groups::LabelGroupMode;
+        let cli = Cli::parse_from(["x", "--kubernetes"]);
+        assert_eq!(cli.label_group_mode(), Ok(LabelGroupMode::RoundRobin));
+        let cli = Cli::parse_from(["x", "--kubernetes", "--label-group-routing", "least-loaded"]);
+        assert_eq!(cli.label_group_mode(), Ok(LabelGroupMode::LeastLoaded));
+        let e = Cli::parse_from(["x", "--kubernetes", "--label-group-routing", "rr"])
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.starts_with("FLEXINFER_PROXY_LABEL_GROUP_ROUTING must be one of"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -105,6 +105,11 @@ pub struct ModelSpec {
     /// Per-model rate limit overriding the gateway's default.
     #[serde(default)]
     pub rate_limit: Option<RateLimitSpec>,
+    /// Requests each endpoint serves at once; more wait in the gateway's
+    /// queue (by priority and tenant) instead of piling onto the engine.
+    /// Overrides `--max-concurrency-per-endpoint`.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
     /// Command that serves the model on this machine; the gateway starts it on
     /// demand and stops it when idle (instead of fixed `endpoints`).
     #[serde(default)]
@@ -227,6 +232,8 @@ pub struct ModelConfig {
     /// The model's own bound on a cold start's wait (`coldStartTimeout`),
     /// when it has one: queued requests wait at least this long.
     pub cold_start_timeout: Option<Duration>,
+    /// Requests each endpoint serves at once, when bounded.
+    pub max_concurrency: Option<u32>,
 }
 
 /// A validated local model process.
@@ -283,6 +290,8 @@ pub struct ModelTable {
     pub models: Vec<ModelConfig>,
     /// Shared-group timing.
     pub sharing: SharingConfig,
+    /// Service labels claimed by two or more models (Kubernetes mode).
+    pub label_groups: Vec<crate::label_groups::LabelGroupSpec>,
 }
 
 /// A problem found while loading the model file.
@@ -435,6 +444,7 @@ impl ModelTable {
                 lora,
                 rate_limit: spec.rate_limit,
                 cold_start_timeout: local.as_ref().and_then(|l| l.cold_start_timeout),
+                max_concurrency: spec.max_concurrency,
                 local,
             });
         }
@@ -457,7 +467,11 @@ impl ModelTable {
             demand_window: duration("sharing.demandWindow", sharing.demand_window.as_deref())?
                 .unwrap_or(defaults.demand_window),
         };
-        Ok(Self { models, sharing })
+        Ok(Self {
+            models,
+            sharing,
+            label_groups: Vec::new(),
+        })
     }
 }
 

@@ -20,6 +20,8 @@ pub struct ApiError {
     pub param: Option<&'static str>,
     /// Value of a `Retry-After` header to send, in seconds.
     pub retry_after: Option<u64>,
+    /// Further headers of the answer (e.g. `x-ratelimit-*`).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 #[derive(Serialize)]
@@ -51,6 +53,7 @@ impl ApiError {
             message: message.into(),
             param: None,
             retry_after: None,
+            headers: Vec::new(),
         }
     }
 
@@ -238,6 +241,21 @@ impl ApiError {
             "queue_full",
             "Service overloaded, please retry",
         )
+    }
+
+    /// 503 when a ready model had no free slot within the queue timeout.
+    pub fn queue_timeout(model: &str, waited: std::time::Duration) -> Self {
+        let mut e = Self::new(
+            503,
+            "service_unavailable_error",
+            "queue_timeout",
+            format!(
+                "Model '{model}' is at capacity: no slot freed up within {}, please retry",
+                humantime::format_duration(waited)
+            ),
+        );
+        e.retry_after = Some(1);
+        e
     }
 
     /// 503 when a model could not be started.

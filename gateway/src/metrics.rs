@@ -30,6 +30,11 @@ pub struct Metrics {
     pub endpoint_active: IntGaugeVec,
     /// Rejections by rate limits, by model and scope (`global`, `per_model`).
     pub rate_limited: IntCounterVec,
+    /// Requests by model, tenant and status, when API keys name tenants.
+    pub tenant_requests: IntCounterVec,
+    /// Tokens engines reported, by model, tenant and kind (prompt,
+    /// completion, cached), when API keys name tenants.
+    pub tokens: IntCounterVec,
     /// Request body bytes received, by model.
     pub bytes_in: IntCounterVec,
     /// Response body bytes sent, by model.
@@ -38,12 +43,18 @@ pub struct Metrics {
     pub retries: IntCounterVec,
     /// Routing decisions by model, strategy and key source.
     pub routing: IntCounterVec,
+    /// Label-group picks by label, mode and outcome.
+    pub label_group_decisions: IntCounterVec,
+    /// Label-group picks by label, mode and the member picked.
+    pub label_group_hits: IntCounterVec,
     /// Cache-aware picks by reason (prefix_hit, load, session, fallback).
     pub cache_aware_picks: IntCounterVec,
     /// Load scrapes of cache-aware models' engines by result.
     pub load_scrapes: IntCounterVec,
     /// Model file reloads by result.
     pub reloads: IntCounterVec,
+    /// API-key file reloads by result.
+    pub key_file_reloads: IntCounterVec,
     /// Time requests waited for a cold start, by model.
     pub queue_wait: HistogramVec,
     /// Requests refused while waiting for a model, by model and error code.
@@ -138,6 +149,16 @@ impl Metrics {
                 "Requests rejected by a rate limit.",
                 &["model", "scope"],
             ),
+            tenant_requests: counter(
+                "flexinfer_proxy_tenant_requests_total",
+                "Requests by model, tenant and HTTP status (with --api-key-file or --auth-enabled).",
+                &["model", "tenant", "status"],
+            ),
+            tokens: counter(
+                "flexinfer_proxy_tokens_total",
+                "Tokens the engines reported in usage, by model, tenant and kind (prompt, completion, cached).",
+                &["model", "tenant", "kind"],
+            ),
             bytes_in: counter(
                 "flexinfer_proxy_request_bytes_total",
                 "Request body bytes received from clients.",
@@ -158,6 +179,16 @@ impl Metrics {
                 "Routing decisions by strategy and key source.",
                 &["model", "strategy", "key_source"],
             ),
+            label_group_decisions: counter(
+                "flexinfer_proxy_label_group_route_decisions_total",
+                "Requests for a service label claimed by several models, by label, mode (strategy) and outcome: default_rr, least_loaded, hashed_prefix, hashed_session, fallback_single (one member Ready), fallback_no_ready (none Ready: the first is cold-started), fallback_no_key (no key to hash).",
+                &["label", "strategy", "outcome"],
+            ),
+            label_group_hits: counter(
+                "flexinfer_proxy_label_group_route_target_hits_total",
+                "Requests for a service label claimed by several models, by label, mode (strategy) and the model picked.",
+                &["label", "strategy", "model"],
+            ),
             cache_aware_picks: counter(
                 "flexinfer_proxy_cache_aware_picks_total",
                 "Endpoints chosen by cache-aware routing, by reason: prefix_hit (it holds the longest cached prefix), load (no prefix held, or its holder was too busy), session (a client-named session), fallback (no prompt blocks to score).",
@@ -171,6 +202,11 @@ impl Metrics {
             reloads: counter(
                 "flexinfer_proxy_config_reloads_total",
                 "Model file reloads by result.",
+                &["result"],
+            ),
+            key_file_reloads: counter(
+                "flexinfer_proxy_api_key_file_reloads_total",
+                "API-key file reloads by result.",
                 &["result"],
             ),
             queue_wait: histogram(

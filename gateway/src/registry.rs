@@ -13,6 +13,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use crate::config::{ConfigError, ModelConfig, ModelTable, RateLimitSpec};
+use crate::label_groups::{LabelGroup, LabelGroups};
 use crate::paths::PathPolicy;
 use crate::ratelimit::{LimitSettings, RouteLimiter};
 use crate::routing::{EndpointSet, RoutingOptions, Strategy};
@@ -38,6 +39,8 @@ pub struct ModelRoute {
     pub paths: PathPolicy,
     /// Health path probed on each endpoint, when checks are on.
     pub health_check: Option<String>,
+    /// Requests each endpoint takes at once, when the model bounds it.
+    pub max_concurrency: Option<u32>,
 }
 
 /// How a requested name matched.
@@ -83,6 +86,11 @@ pub trait ModelRegistry: Send + Sync + 'static {
     fn resolve(&self, requested: &str) -> Option<Resolved>;
     /// Every servable name, for `GET /v1/models`.
     fn list(&self) -> Vec<ListedModel>;
+    /// The label group a requested name is, when it is one (asked only
+    /// after [`ModelRegistry::resolve`] found nothing).
+    fn label_group(&self, _requested: &str) -> Option<Arc<LabelGroup>> {
+        None
+    }
 }
 
 /// An immutable view of all routes; swapped whole on reload.
@@ -91,6 +99,7 @@ pub struct RouteTable {
     by_name: HashMap<String, Resolved>,
     listed: Vec<ListedModel>,
     routes: Vec<Arc<ModelRoute>>,
+    groups: LabelGroups,
 }
 
 impl RouteTable {
@@ -108,6 +117,30 @@ impl RouteTable {
             let route = Arc::new(build_route(model, limits, old.map(|r| r.as_ref())));
             out.insert(&route, model);
             out.routes.push(route);
+        }
+        for spec in &table.label_groups {
+            if out.by_name.contains_key(&spec.label) || out.groups.contains_key(&spec.label) {
+                continue;
+            }
+            let old = previous.and_then(|p| p.groups.get(&spec.label));
+            let member = |name: &str| {
+                out.by_name
+                    .get(name)
+                    .filter(|r| r.route.name == name)
+                    .cloned()
+            };
+            let Some(group) = LabelGroup::build(spec, member, old.map(|g| g.as_ref())) else {
+                continue;
+            };
+            if let Some(first) = group.members().next() {
+                out.listed.push(ListedModel {
+                    id: spec.label.clone(),
+                    root: first.to_string(),
+                    parent: None,
+                    phase: None,
+                });
+            }
+            out.groups.insert(spec.label.clone(), Arc::new(group));
         }
         out
     }
@@ -156,6 +189,11 @@ impl RouteTable {
     /// Looks a requested name up.
     pub fn resolve(&self, requested: &str) -> Option<Resolved> {
         self.by_name.get(requested).cloned()
+    }
+
+    /// The label group called `label`.
+    pub fn label_group(&self, label: &str) -> Option<Arc<LabelGroup>> {
+        self.groups.get(label).cloned()
     }
 
     /// All servable names, in file order.
@@ -207,6 +245,7 @@ fn build_route(
         cold_start_timeout: model.cold_start_timeout,
         paths: model.paths.clone(),
         health_check: model.health_check.clone(),
+        max_concurrency: model.max_concurrency,
     }
 }
 
@@ -279,6 +318,10 @@ impl ModelRegistry for RouteStore {
 
     fn list(&self) -> Vec<ListedModel> {
         self.table.load().list()
+    }
+
+    fn label_group(&self, requested: &str) -> Option<Arc<LabelGroup>> {
+        self.table.load().label_group(requested)
     }
 }
 

@@ -12,17 +12,21 @@ use pingora_core::apps::http_app::{HttpServer, ServeHttp};
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
+use pingora_core::services::ServiceWithDependents;
 use tokio::sync::Notify;
 
 use crate::activation::{ActivationQueues, QueueSettings};
 use crate::auth::Auth;
 use crate::cli::Cli;
 use crate::connections::GuardedApp;
+use crate::file_reloader::FileReloader;
 use crate::metrics::Metrics;
 use crate::modes;
 use crate::proxy::{Gateway, ProxySettings, SideRoutes};
 use crate::ratelimit::{LimitSettings, RouteLimiter};
+use crate::tenants::Tenants;
 
 /// A configured gateway, ready to run.
 pub struct GatewayServer {
@@ -48,7 +52,9 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     let mode = modes::start(cli, &metrics, limits)?;
     let draining = Arc::new(AtomicBool::new(false));
     let side_routes = SideRoutes::new(metrics.clone(), draining.clone());
-    let gateway = gateway(cli, &mode, limits, side_routes.clone(), &metrics)?;
+    let tenants = tenants(cli)?;
+    let key_reloader = key_file_reloader(cli, tenants.as_ref(), &metrics);
+    let gateway = gateway(cli, &mode, limits, side_routes.clone(), &metrics, tenants)?;
 
     let mut server = Server::new_with_opt_and_conf(None, server_conf(cli));
     server.bootstrap();
@@ -64,6 +70,7 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         server.add_service(svc);
     }
     server.add_services(mode.services);
+    server.add_services(key_reloader.into_iter().collect());
 
     Ok(GatewayServer {
         server,
@@ -82,6 +89,7 @@ fn gateway(
     limits: LimitSettings,
     side_routes: SideRoutes,
     metrics: &Metrics,
+    tenants: Option<Arc<Tenants>>,
 ) -> anyhow::Result<Gateway> {
     let global_limiter = if limits.enabled {
         limits.global.and_then(RouteLimiter::new)
@@ -97,12 +105,15 @@ fn gateway(
         outlier: cli.outlier_policy(),
         routing_enabled: cli.routing_enabled,
         route_debug_header: cli.route_debug_header,
+        max_concurrency_per_endpoint: (cli.max_concurrency_per_endpoint > 0)
+            .then_some(cli.max_concurrency_per_endpoint),
+        label_group_mode: cli.label_group_mode().map_err(anyhow::Error::msg)?,
         ..ProxySettings::default()
     };
     mode.upstreams.apply(&mut settings);
     let mut gateway = Gateway::new(
         mode.routes.clone(),
-        auth(cli)?,
+        tenants,
         global_limiter,
         side_routes,
         metrics.clone(),
@@ -112,21 +123,19 @@ fn gateway(
     if let Some(failures) = &mode.failures {
         gateway = gateway.with_endpoint_failures(failures.clone());
     }
-    if let Some(lifecycle) = &mode.lifecycle {
-        let queue_settings = QueueSettings {
-            max_queue: cli.max_queue_size,
-            queue_timeout: cli.queue_timeout,
-            cold_start_timeout: cli.cold_start_timeout,
-        };
-        let queues = ActivationQueues::new(lifecycle.clone(), queue_settings);
-        gateway = gateway.with_activation(Arc::new(queues));
-    }
-    Ok(gateway)
+    let queue_settings = QueueSettings {
+        max_queue: cli.max_queue_size,
+        queue_timeout: cli.queue_timeout,
+        cold_start_timeout: cli.cold_start_timeout,
+    };
+    let queues = ActivationQueues::new(mode.lifecycle.clone(), queue_settings);
+    Ok(gateway.with_activation(Arc::new(queues)))
 }
 
-/// The API keys, when auth is enabled.
-fn auth(cli: &Cli) -> anyhow::Result<Option<Auth>> {
-    if !cli.auth_enabled {
+/// The API keys and their tenants, when keys are required
+/// (`--auth-enabled` or `--api-key-file`).
+fn tenants(cli: &Cli) -> anyhow::Result<Option<Arc<Tenants>>> {
+    if !cli.auth_enabled && cli.api_key_file.is_none() {
         return Ok(None);
     }
     let mut tokens: Vec<String> = cli
@@ -145,9 +154,31 @@ fn auth(cli: &Cli) -> anyhow::Result<Option<Auth>> {
                 .map(String::from),
         );
     }
-    let auth = Auth::new(tokens);
-    anyhow::ensure!(!auth.is_empty(), "auth is enabled but no API key was given");
-    Ok(Some(auth))
+    Ok(Some(Arc::new(Tenants::load(
+        cli.api_key_file.as_deref(),
+        tokens,
+    )?)))
+}
+
+/// Reloads the API-key file, when there is one.
+fn key_file_reloader(
+    cli: &Cli,
+    tenants: Option<&Arc<Tenants>>,
+    metrics: &Metrics,
+) -> Option<Box<dyn ServiceWithDependents>> {
+    let tenants = tenants?.clone();
+    let path = tenants.path()?.to_path_buf();
+    let reloader = FileReloader {
+        what: "API-key file",
+        path,
+        interval: cli.reload_interval,
+        reload: Box::new(move || tenants.reload()),
+        reloads: metrics.key_file_reloads.clone(),
+    };
+    Some(Box::new(background_service(
+        "API-key file reloader",
+        reloader,
+    )))
 }
 
 /// The admin keys, when any are given.

@@ -11,6 +11,8 @@ mod support;
 mod activation;
 #[path = "kube_mode/bench.rs"]
 mod bench;
+#[path = "kube_mode/label_groups.rs"]
+mod label_groups;
 #[path = "kube_mode/operator.rs"]
 mod operator;
 #[path = "kube_mode/routing.rs"]

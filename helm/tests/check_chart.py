@@ -23,8 +23,13 @@ values-global.yaml):
 
 The example manifests under crds/examples/ and the FlexInfer objects in the
 examples of docs/*.md are validated against the CRD schemas too. A JSON summary (environment variables and flags of every
-FlexInfer container) is written to --summary for the Rust test to compare
-with the binaries' command lines.
+FlexInfer container, and the controller settings each values set asks for)
+is written to --summary for the Rust test to compare with the binaries'
+command lines.
+
+`--render OUT [--values JSON]` only renders (no lint, no checks) and writes
+the rendered objects, as a JSON list, to OUT; the chart scenario lane reads
+it to start the components as the manifests describe.
 
 Exit status: 0 when everything passed, 1 on a failed check, 3 when a
 required Python package is missing.
@@ -343,6 +348,10 @@ def check_gateway(objects, values, label, expect):
             check(f"--namespaces={expect['namespaces']}" in c["args"], f"{label}: --namespaces={expect['namespaces']} in {c['args']}")
     if expect["embedded"]:
         check(env["FLEXINFER_LEADER_ELECT"]["value"] == ("true" if expect["replicas"] > 1 else "false"), f"{label}: leader election")
+    else:
+        # The gateway refuses controller options without --embedded-operator.
+        stray = sorted(set(env) & set(CONTROLLER_ENV))
+        check(not stray, f"{label}: controller settings {stray} on a gateway without the embedded operator")
     check(c["livenessProbe"]["httpGet"]["path"] == "/healthz", f"{label}: gateway liveness path")
     check(c["readinessProbe"]["httpGet"]["path"] == "/readyz", f"{label}: gateway readiness path")
     check(gw["spec"]["replicas"] == expect["replicas"], f"{label}: gateway replicas")
@@ -367,6 +376,37 @@ def seconds(text: str) -> float:
     raise ValueError(f"cannot read duration {text!r}")
 
 
+# Variables of the controllers' options (flexinfer_operator::settings),
+# which the operator and the gateway with --embedded-operator both read.
+CONTROLLER_ENV = (
+    "FLEXINFER_SCHEDULER_NAME", "DEFAULT_FLASH_LOADER_IMAGE", "DEFAULT_QUANTIZER_IMAGE",
+    "DEFAULT_SHM_SIZE_LIMIT", "FLEXINFER_FEDERATION", "FLEXINFER_CLUSTER_FAILURE_THRESHOLD",
+)
+
+
+def check_controllers(objects, label, expect):
+    """The container running the controllers (the operator, or the gateway
+    with the embedded operator) gets the controllers' settings from the
+    values: scheduler name, flash-loader and quantizer images, operator.env."""
+    ctl = expect["controllers"]
+    dep = find(objects, "Deployment", ctl["workload"])
+    if not check(dep is not None, f"{label}: {ctl['workload']} (runs the controllers) missing"):
+        return
+    env = env_of(pod_spec(dep)["containers"][0])
+    value = lambda name: env.get(name, {}).get("value")
+    where = f"{label}: {ctl['workload']}"
+    check(value("FLEXINFER_SCHEDULER_NAME") == ctl["scheduler_name"],
+          f"{where}: FLEXINFER_SCHEDULER_NAME {value('FLEXINFER_SCHEDULER_NAME')!r} != {ctl['scheduler_name']!r}")
+    check(value("DEFAULT_FLASH_LOADER_IMAGE") == ctl["flashload_image"],
+          f"{where}: flash-loader image {value('DEFAULT_FLASH_LOADER_IMAGE')!r}")
+    check(value("DEFAULT_QUANTIZER_IMAGE") == ctl["quantizer_image"],
+          f"{where}: quantizer image {value('DEFAULT_QUANTIZER_IMAGE')!r} != {ctl['quantizer_image']!r}")
+    for name, image in ctl["image_overrides"].items():
+        check(value(name) == image, f"{where}: operator.env {name} not passed through")
+    names = [e["name"] for e in pod_spec(dep)["containers"][0].get("env", [])]
+    check(len(names) == len(set(names)), f"{where}: duplicate environment variables {names}")
+
+
 def check_operator(objects, label, expect):
     dep = find(objects, "Deployment", expect["fullname"] + "-operator")
     if not expect.get("operator"):
@@ -383,11 +423,6 @@ def check_operator(objects, label, expect):
     check(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", f"{label}: Lease namespace")
     check(env.get("WATCH_NAMESPACE", {}).get("value") == op["watch_namespace"], f"{label}: WATCH_NAMESPACE {env.get('WATCH_NAMESPACE')}")
     check(f"--leader-election-id={op['lease']}" in c["args"], f"{label}: lease name in {c['args']}")
-    check(env["DEFAULT_FLASH_LOADER_IMAGE"]["value"] == op["flashload_image"], f"{label}: flash-loader image {env['DEFAULT_FLASH_LOADER_IMAGE']}")
-    if expect["scheduler_enabled"]:
-        check(env.get("FLEXINFER_SCHEDULER_NAME", {}).get("value") == expect["scheduler_name"], f"{label}: model pods not sent to the FlexInfer scheduler")
-    else:
-        check("FLEXINFER_SCHEDULER_NAME" not in env, f"{label}: scheduler name set while the scheduler is off")
     if op.get("federation"):
         check(env.get("FLEXINFER_FEDERATION", {}).get("value") == "true", f"{label}: FLEXINFER_FEDERATION")
         check(env.get("FLEXINFER_CLUSTER_FAILURE_THRESHOLD", {}).get("value") == str(op["federation"]),
@@ -741,6 +776,10 @@ def cases(chart):
             "service_port": 80, "auth": None, "scheduler_enabled": False,
             "scheduler_name": "flexinfer-scheduler", "monitoring": False,
             "components": {"gateway", "agent"}, "models": [],
+            "controllers": {"workload": "flexinfer-proxy", "scheduler_name": None,
+                            "flashload_image": f"ghcr.io/flexinfer/flexinfer-flashload:{app}",
+                            "quantizer_image": None, "leader_elect": False,
+                            "lease": "flexinfer-operator", "image_overrides": {}},
         }),
         ("values-all.yaml", values_file("values-all.yaml"), {
             "fullname": "flexinfer-fi", "proxy": "flexinfer-fi-proxy", "agent": "flexinfer-fi-agent",
@@ -752,8 +791,12 @@ def cases(chart):
             "components": {"gateway", "operator", "sched", "agent", "scheduler"},
             "models": ["qwen3-0-6b", "qwen3-8b-awq"],
             "operator": {"replicas": 2, "watch_namespace": None, "lease": "flexinfer-controllers",
-                         "flashload_image": "registry.example.com/custom/flashload:1.2.5",
                          "federation": 3},
+            "controllers": {"workload": "flexinfer-fi-operator", "scheduler_name": "gpu-aware",
+                            "flashload_image": "registry.example.com/custom/flashload:1.2.5",
+                            "quantizer_image": "registry.example.com/tools/quantizer:2025.1",
+                            "leader_elect": True, "lease": "flexinfer-controllers",
+                            "image_overrides": {}},
             # catalog.registryCredentials and federation: a Role per watched namespace.
             "secrets": {"component": "operator", "namespaces": ["team-a", "team-b"]},
         }),
@@ -765,6 +808,13 @@ def cases(chart):
             "service_port": 80, "auth": None, "scheduler_enabled": True,
             "scheduler_name": "flexinfer-scheduler", "monitoring": False,
             "components": {"gateway", "sched", "agent", "scheduler"}, "models": [],
+            # The embedded controllers send model pods to the FlexInfer
+            # scheduler and get the operator's images and operator.env.
+            "controllers": {"workload": "flexinfer-proxy", "scheduler_name": "flexinfer-scheduler",
+                            "flashload_image": f"ghcr.io/flexinfer/flexinfer-flashload:{app}",
+                            "quantizer_image": "registry.example.com/flexinfer/quantizer:0.3",
+                            "leader_elect": True, "lease": "flexinfer-operator",
+                            "image_overrides": {"DEFAULT_VLLM_IMAGE": "registry.example.com/vllm/vllm-openai:v0.9.1"}},
         }),
         ("values-global.yaml", values_file("values-global.yaml"), {
             "fullname": "flexinfer", "proxy": "flexinfer-proxy", "agent": "flexinfer-agent",
@@ -776,8 +826,11 @@ def cases(chart):
             "components": {"gateway", "operator"}, "models": [],
             "global": "fleet/edge", "member_token": {"name": "member-gateway-key", "key": "key"},
             "operator": {"replicas": 1, "watch_namespace": None, "lease": "flexinfer-operator",
-                         "flashload_image": f"ghcr.io/flexinfer/flexinfer-flashload:{app}",
                          "federation": 2},
+            "controllers": {"workload": "flexinfer-operator", "scheduler_name": None,
+                            "flashload_image": f"ghcr.io/flexinfer/flexinfer-flashload:{app}",
+                            "quantizer_image": None, "leader_elect": False,
+                            "lease": "flexinfer-operator", "image_overrides": {}},
             # Every namespace watched: get on Secrets in the ClusterRole.
             "secrets": {"component": "operator", "namespaces": None},
         }),
@@ -799,12 +852,33 @@ def rbac_only() -> int:
     return 0
 
 
+def render_only(out: str, values: dict) -> int:
+    """Renders the chart as `helm install` would and writes the objects
+    (the full check above lints and validates the same templates)."""
+    chart = Chart.load(CHART)
+    manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(objects, f, indent=1)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--summary", help="write the container summary JSON here")
     parser.add_argument("--only", choices=["all", "rbac"], default="all",
                         help="rbac: render and run the RBAC checks only")
+    parser.add_argument("--render", metavar="OUT",
+                        help="only render (with --values) and write the objects as JSON here")
+    parser.add_argument("--values", default="{}",
+                        help="values for --render, as a JSON object")
     args = parser.parse_args()
+    if args.render:
+        return render_only(args.render, json.loads(args.values))
     if args.only == "rbac":
         return rbac_only()
 
@@ -829,6 +903,7 @@ def main() -> int:
     check_values_documented()
 
     summary = []
+    controllers = []
     roles = []
     counts = {}
     for label, values, expect in cases(chart):
@@ -851,11 +926,13 @@ def main() -> int:
         check_gateway(objects, values, label, expect)
         check_agent(objects, label, expect)
         check_operator(objects, label, expect)
+        check_controllers(objects, label, expect)
         check_scheduler(objects, label, expect)
         check_monitoring(objects, label, expect)
         check_rbac(objects, label, expect)
         check_models(objects, label, expect)
         summary.extend(summarize(objects, label))
+        controllers.append({"values": label, **expect["controllers"]})
         for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
             roles.append({
                 "values": label,
@@ -870,7 +947,8 @@ def main() -> int:
 
     if args.summary:
         with open(args.summary, "w", encoding="utf-8") as f:
-            json.dump({"containers": summary, "roles": roles, "objects": counts}, f, indent=1)
+            json.dump({"containers": summary, "controllers": controllers, "roles": roles,
+                       "objects": counts}, f, indent=1)
     if FAILURES:
         print(f"{len(FAILURES)} chart check(s) failed:")
         for message in FAILURES:

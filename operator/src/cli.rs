@@ -2,8 +2,10 @@
 //! Kubernetes client it describes.
 //!
 //! Every flag with an environment variable can be set either way (the flag
-//! wins). Image overrides of the backend catalog are not flags: they are
-//! read from the environment by [`image_overrides_from_env`].
+//! wins). The controllers' own options are [`ControllerArgs`], which the
+//! gateway's embedded operator shares. Image overrides of the backend
+//! catalog are not flags: they are read from the environment by
+//! [`image_overrides_from_env`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,8 +14,9 @@ use std::path::PathBuf;
 use clap::Parser;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::build::{self, BuildSettings};
-use crate::controllers::{federation, ControllerSettings, LeaderElection};
+use crate::controllers::{ControllerSettings, LeaderElection};
+pub use crate::settings::image_overrides_from_env;
+use crate::settings::ControllerArgs;
 
 /// Kubernetes controllers that reconcile FlexInfer CRDs into workloads
 #[derive(Parser, Debug)]
@@ -52,33 +55,10 @@ pub struct Cli {
     /// Address serving /metrics (Prometheus).
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: SocketAddr,
-    /// schedulerName of model pods (the FlexInfer scheduler extender's
-    /// scheduler); default scheduler when unset.
-    #[arg(long, env = "FLEXINFER_SCHEDULER_NAME")]
-    pub scheduler_name: Option<String>,
-    /// Image of the flash-loader init container.
-    #[arg(long, env = "DEFAULT_FLASH_LOADER_IMAGE", default_value = build::DEFAULT_FLASH_LOADER_IMAGE)]
-    pub flash_loader_image: String,
-    /// Image of quantization Jobs.
-    #[arg(long, env = "DEFAULT_QUANTIZER_IMAGE", default_value = build::DEFAULT_QUANTIZER_IMAGE)]
-    pub quantizer_image: String,
-    /// Size limit of the /dev/shm volume of model pods.
-    #[arg(long, env = "DEFAULT_SHM_SIZE_LIMIT", default_value = build::DEFAULT_SHM_SIZE_LIMIT)]
-    pub shm_size_limit: String,
-    /// Start even when the FlexInfer CRDs are not installed.
-    #[arg(long, default_value_t = false)]
-    pub skip_crd_check: bool,
-    /// Do not scrape vLLM pods' /metrics for KV-cache pressure.
-    #[arg(long, default_value_t = false)]
-    pub no_kv_cache_scrape: bool,
-    /// Run the federation controllers (Cluster, FederatedModel): probe the
-    /// member clusters named by Cluster objects through their kubeconfig
-    /// Secrets and place FederatedModels on them. Off by default.
-    #[arg(long, env = "FLEXINFER_FEDERATION", default_value_t = false)]
-    pub federation: bool,
-    /// Consecutive failed probes after which a Ready Cluster turns NotReady.
-    #[arg(long, env = "FLEXINFER_CLUSTER_FAILURE_THRESHOLD", default_value_t = federation::DEFAULT_FAILURE_THRESHOLD, value_parser = clap::value_parser!(u32).range(1..))]
-    pub cluster_failure_threshold: u32,
+    /// The controllers' options, shared with the gateway's embedded
+    /// operator.
+    #[command(flatten)]
+    pub controllers: ControllerArgs,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
     pub log_format: String,
@@ -109,28 +89,16 @@ impl Cli {
         identity: &str,
         image_overrides: BTreeMap<String, String>,
     ) -> ControllerSettings {
-        ControllerSettings {
-            build: BuildSettings {
-                scheduler_name: self.scheduler_name.clone(),
-                flash_loader_image: self.flash_loader_image.clone(),
-                quantizer_image: self.quantizer_image.clone(),
-                shm_size_limit: self.shm_size_limit.clone(),
-                image_overrides,
-            },
-            namespace: self.namespace.clone(),
-            leader_election: self.leader_elect.then(|| {
-                let mut le = LeaderElection::new(&self.leader_election_namespace, identity);
-                le.lease_name = self.leader_election_id.clone();
-                le
-            }),
-            check_crds: !self.skip_crd_check,
-            kv_cache_scrape: !self.no_kv_cache_scrape,
-            federation: self.federation.then(|| federation::FederationSettings {
-                failure_threshold: self.cluster_failure_threshold,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        let leader_election = self.leader_elect.then(|| {
+            let mut le = LeaderElection::new(&self.leader_election_namespace, identity);
+            le.lease_name = self.leader_election_id.clone();
+            le
+        });
+        self.controllers.controller_settings(
+            self.namespace.clone(),
+            leader_election,
+            image_overrides,
+        )
     }
 
     /// A Kubernetes client: from `--kubeconfig` (and `--context`) when
@@ -156,20 +124,10 @@ impl Cli {
     }
 }
 
-/// Image overrides of the backend catalog set in the environment: each
-/// image reference's variable (`DEFAULT_VLLM_IMAGE`, ...) that is set,
-/// with its value.
-pub fn image_overrides_from_env() -> BTreeMap<String, String> {
-    flexinfer_crds::backend::all()
-        .iter()
-        .flat_map(|b| b.images.iter().map(|r| r.env))
-        .filter_map(|key| std::env::var(key).ok().map(|v| (key.to_owned(), v)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::build::BuildSettings;
     use clap::CommandFactory;
 
     #[test]
@@ -199,6 +157,9 @@ mod tests {
             "--leader-election-namespace=ops",
             "--leader-election-id=flexinfer-controllers",
             "--scheduler-name=flexinfer-scheduler",
+            "--flash-loader-image=registry.example.com/flashload:1",
+            "--quantizer-image=registry.example.com/quantizer:2",
+            "--shm-size-limit=16Gi",
             "--skip-crd-check",
             "--no-kv-cache-scrape",
             "--federation",
@@ -220,6 +181,18 @@ mod tests {
         assert_eq!(
             settings.build.scheduler_name.as_deref(),
             Some("flexinfer-scheduler")
+        );
+        assert_eq!(
+            (
+                settings.build.flash_loader_image.as_str(),
+                settings.build.quantizer_image.as_str(),
+                settings.build.shm_size_limit.as_str()
+            ),
+            (
+                "registry.example.com/flashload:1",
+                "registry.example.com/quantizer:2",
+                "16Gi"
+            )
         );
         assert_eq!(settings.build.image_overrides, overrides);
         assert!(!settings.check_crds);

@@ -15,6 +15,8 @@
 //! - [`local`]: the local-process actuator.
 //! - [`cli`]: the `flexinfer-operator` command line and the controller
 //!   settings it describes.
+//! - [`settings`]: the controllers' options, shared by the operator and the
+//!   gateway's embedded operator, and their [`controllers::ControllerSettings`].
 //! - [`federation`]: cluster selection, replica split and capacity for the
 //!   federation controllers.
 
@@ -27,3 +29,4 @@ pub mod lifecycle;
 pub mod local;
 pub mod placement;
 pub mod policy;
+pub mod settings;

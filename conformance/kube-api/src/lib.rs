@@ -64,8 +64,10 @@
 //! - Test controls: request counters per verb and resource, fault
 //!   injection, fixtures inserted directly, forced watch-history expiry.
 //! - Simulated cluster (opt-in, see [`sim`]): Deployments run Pods that
-//!   turn ready after a delay; Services get EndpointSlices of their ready
-//!   Pods, which may point at local processes (`127.0.0.1:<port>`).
+//!   turn ready after a delay; a kubelet runs selected Pods as local
+//!   processes on their own loopback addresses, ready when their readiness
+//!   probe answers; Services get EndpointSlices of their ready Pods, which
+//!   may point at local processes.
 //!
 //! # What it does not implement
 //!

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -15,7 +15,10 @@ use crate::gc;
 use crate::http::{self, AppState};
 use crate::registry::{Registry, ResourceType};
 use crate::requests::{RequestLog, Verb};
+use crate::selector::LabelSelector;
 use crate::sim;
+use crate::sim::deployment::KubeletPods;
+use crate::sim::kubelet::{KubeletPod, PodProcess};
 use crate::store::{Store, WriteOpts};
 
 /// Namespaces every server starts with.
@@ -119,6 +122,9 @@ impl TestApiServerBuilder {
             tasks: Mutex::new(vec![server, collector]),
             deployment_sim: Mutex::new(None),
             endpoints_sim: Mutex::new(None),
+            kubelet_sim: Mutex::new(None),
+            kubelet_pods: Arc::new(RwLock::new(None)),
+            kubelet_running: Arc::default(),
         })
     }
 }
@@ -185,6 +191,9 @@ pub struct TestApiServer {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     deployment_sim: Mutex<Option<JoinHandle<()>>>,
     endpoints_sim: Mutex<Option<JoinHandle<()>>>,
+    kubelet_sim: Mutex<Option<JoinHandle<()>>>,
+    kubelet_pods: KubeletPods,
+    kubelet_running: sim::kubelet::Running,
 }
 
 impl TestApiServer {
@@ -294,6 +303,7 @@ impl TestApiServer {
         let task = tokio::spawn(sim::deployment::run(
             self.store.clone(),
             ready_after,
+            self.kubelet_pods.clone(),
             self.shutdown_rx.clone(),
         ));
         if let Some(old) = self
@@ -315,6 +325,59 @@ impl TestApiServer {
                 self.shutdown_rx.clone(),
             )));
         }
+    }
+
+    /// Starts the simulated kubelet (see [`sim::kubelet`](crate::sim)): every
+    /// Pod matching `selector` (label selector syntax, e.g.
+    /// `app.kubernetes.io/name=sim`; empty matches all) is run as the
+    /// process `runner` returns for it and its address, and becomes `Ready`
+    /// when its readiness probe answers; deleting the Pod kills the
+    /// process. Pods the Deployment controller creates for a matching
+    /// template are left to the kubelet. Calling again replaces the
+    /// previous kubelet (its processes are killed).
+    ///
+    /// # Panics
+    ///
+    /// If `selector` does not parse.
+    pub fn enable_kubelet(
+        &self,
+        selector: &str,
+        runner: impl Fn(&Value, std::net::Ipv4Addr) -> Option<PodProcess> + Send + Sync + 'static,
+    ) {
+        let parsed = match LabelSelector::parse(selector) {
+            Ok(s) => s,
+            Err(e) => panic!("invalid kubelet selector {selector:?}: {e}"),
+        };
+        *self.kubelet_pods.write().unwrap_or_else(|e| e.into_inner()) = Some(parsed.clone());
+        let task = tokio::spawn(sim::kubelet::run(
+            self.store.clone(),
+            parsed,
+            Arc::new(runner),
+            self.kubelet_running.clone(),
+            self.shutdown_rx.clone(),
+        ));
+        if let Some(old) = self
+            .kubelet_sim
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(task)
+        {
+            old.abort();
+        }
+    }
+
+    /// The Pods the simulated kubelet runs now, sorted by namespace and
+    /// name.
+    pub fn kubelet_pods(&self) -> Vec<KubeletPod> {
+        let mut pods: Vec<KubeletPod> = self
+            .kubelet_running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        pods
     }
 
     /// Stores a fixture as given, bypassing the API: `status` is kept,
@@ -375,6 +438,12 @@ impl TestApiServer {
                     .unwrap_or_else(|e| e.into_inner())
                     .take(),
             );
+            all.extend(
+                self.kubelet_sim
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take(),
+            );
             all
         };
         for t in tasks {
@@ -400,7 +469,11 @@ impl Drop for TestApiServer {
         {
             t.abort();
         }
-        for slot in [&mut self.deployment_sim, &mut self.endpoints_sim] {
+        for slot in [
+            &mut self.deployment_sim,
+            &mut self.endpoints_sim,
+            &mut self.kubelet_sim,
+        ] {
             if let Some(t) = slot.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
                 t.abort();
             }

@@ -118,6 +118,10 @@ fn description(arg: &Arg) -> String {
         .map(|text| text.to_string())
         .unwrap_or_default();
     let mut text = cell(&help);
+    // A help heading groups flags in `--help`; the table names it per flag.
+    if let Some(heading) = arg.get_help_heading() {
+        text = format!("*{heading}:* {text}");
+    }
     // clap drops the final period of one-sentence doc comments; put it back
     // so that appended notes read as sentences.
     if !text.is_empty() && !text.ends_with(['.', '!', '?']) {

@@ -62,6 +62,15 @@ pub struct JsonView<'a> {
     pub document_context: Option<Cow<'a, str>>,
     /// `documents`, raw.
     pub documents: Option<RawJson<'a>>,
+    /// `input` (Responses and embeddings API), raw.
+    pub input: Option<RawJson<'a>>,
+    /// `stream_options`, raw.
+    pub stream_options: Option<RawJson<'a>>,
+    /// Offset of the body's opening `{`.
+    pub open_brace: usize,
+    /// The output-token limit: `max_completion_tokens`, else `max_tokens`,
+    /// else `max_output_tokens` (each validated when present).
+    pub max_output_tokens: Option<u64>,
     /// Where the top-level `model` value is in the body, or where one
     /// would go: what the rewrite splices at.
     pub model_slot: Option<ModelSlot>,
@@ -108,6 +117,7 @@ pub fn parse_json(body: &[u8]) -> Result<JsonView<'_>, ApiError> {
     };
     let mut view = raw.into_view(text)?;
     view.model_slot = Some(slot);
+    view.open_brace = open_brace;
     Ok(view)
 }
 
@@ -156,6 +166,11 @@ struct RawFields {
     document_context_camel: Option<Range<usize>>,
     context: Option<Range<usize>>,
     documents: Option<Range<usize>>,
+    input: Option<Range<usize>>,
+    stream_options: Option<Range<usize>>,
+    max_tokens: Option<Range<usize>>,
+    max_completion_tokens: Option<Range<usize>>,
+    max_output_tokens: Option<Range<usize>>,
 }
 
 impl RawFields {
@@ -189,6 +204,11 @@ impl RawFields {
             "documentContext" => &mut self.document_context_camel,
             "context" => &mut self.context,
             "documents" => &mut self.documents,
+            "input" => &mut self.input,
+            "stream_options" => &mut self.stream_options,
+            "max_tokens" => &mut self.max_tokens,
+            "max_completion_tokens" => &mut self.max_completion_tokens,
+            "max_output_tokens" => &mut self.max_output_tokens,
             _ => return Ok(end),
         };
         *slot = Some(at..end);
@@ -218,6 +238,14 @@ impl RawFields {
                 }
             },
         };
+        let limit = |field: &'static str, span: &Option<Range<usize>>| {
+            span.clone()
+                .and_then(|s| text.get(s))
+                .map_or(Ok(None), |v| token_limit(field, v))
+        };
+        let max_output_tokens = limit("max_completion_tokens", &self.max_completion_tokens)?
+            .or(limit("max_tokens", &self.max_tokens)?)
+            .or(limit("max_output_tokens", &self.max_output_tokens)?);
         Ok(JsonView {
             model,
             stream: match self.stream.and_then(|s| text.get(s)) {
@@ -234,8 +262,51 @@ impl RawFields {
                 .or_else(|| string(&self.document_context_camel))
                 .or_else(|| string(&self.context)),
             documents: raw(self.documents),
+            input: raw(self.input),
+            stream_options: raw(self.stream_options),
+            open_brace: 0,
+            max_output_tokens,
             model_slot: None,
         })
+    }
+}
+
+/// Largest output-token limit accepted (the engines' 32-bit integers).
+pub const MAX_TOKEN_LIMIT: u64 = i32::MAX as u64;
+
+/// An output-token limit as written: `null` is no limit; otherwise an
+/// integer from 1 to [`MAX_TOKEN_LIMIT`] (`16.0` counts as an integer, as
+/// JSON numbers do), else a 400 naming `field`.
+fn token_limit(field: &'static str, raw: &str) -> Result<Option<u64>, ApiError> {
+    if raw == "null" {
+        return Ok(None);
+    }
+    let bad = || {
+        ApiError::invalid_field(
+            field,
+            format!(
+                "must be an integer from 1 to {MAX_TOKEN_LIMIT}, not {}",
+                shorten(raw)
+            ),
+        )
+    };
+    if let Ok(n) = raw.parse::<u64>() {
+        return (1..=MAX_TOKEN_LIMIT)
+            .contains(&n)
+            .then_some(Some(n))
+            .ok_or_else(bad);
+    }
+    match raw.parse::<f64>() {
+        Ok(x) if x.fract() == 0.0 && x >= 1.0 && x <= MAX_TOKEN_LIMIT as f64 => Ok(Some(x as u64)),
+        _ => Err(bad()),
+    }
+}
+
+/// At most 40 characters of a value, for an error message.
+fn shorten(raw: &str) -> String {
+    match raw.char_indices().nth(40) {
+        Some((at, _)) => format!("{}…", &raw[..at]),
+        None => raw.to_owned(),
     }
 }
 
@@ -251,6 +322,39 @@ fn string_at(text: &str, span: Range<usize>) -> Option<Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_token_limits_are_integers_in_range() {
+        let view = |body: &str| parse_json(body.as_bytes()).map(|v| v.max_output_tokens);
+        assert_eq!(view(r#"{"max_tokens":16}"#).unwrap(), Some(16));
+        assert_eq!(view(r#"{"max_tokens":16.0}"#).unwrap(), Some(16));
+        assert_eq!(view(r#"{"max_tokens":null}"#).unwrap(), None);
+        assert_eq!(
+            view(r#"{"max_tokens":8,"max_completion_tokens":4}"#).unwrap(),
+            Some(4),
+            "max_completion_tokens wins, as in OpenAI's API"
+        );
+        assert_eq!(view(r#"{"max_output_tokens":7}"#).unwrap(), Some(7));
+        for (body, field) in [
+            (r#"{"max_tokens":-1}"#, "max_tokens"),
+            (r#"{"max_tokens":0}"#, "max_tokens"),
+            (r#"{"max_tokens":1.5}"#, "max_tokens"),
+            (r#"{"max_tokens":"12"}"#, "max_tokens"),
+            (r#"{"max_tokens":1e300}"#, "max_tokens"),
+            (
+                r#"{"max_completion_tokens":99999999999999999999999}"#,
+                "max_completion_tokens",
+            ),
+            (r#"{"max_output_tokens":true}"#, "max_output_tokens"),
+        ] {
+            let err = view(body).unwrap_err();
+            assert_eq!(
+                (err.status, err.param),
+                (400, Some(field)),
+                "{body}: {err:?}"
+            );
+        }
+    }
 
     #[test]
     fn reads_the_routing_fields() {

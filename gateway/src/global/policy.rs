@@ -154,6 +154,8 @@ pub fn model_table(config: &GlobalConfig, views: &[ClusterView]) -> ModelTable {
             health_check: None,
             local: None,
             cold_start_timeout: None,
+            // Member gateways bound their own models' concurrency.
+            max_concurrency: None,
         });
     }
     table

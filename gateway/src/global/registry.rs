@@ -95,6 +95,7 @@ impl GlobalRegistry {
             cold_start_timeout: None,
             paths: crate::paths::PathPolicy::Any,
             health_check: None,
+            max_concurrency: None,
         };
         Resolved {
             route: Arc::new(route),
@@ -159,6 +160,7 @@ mod tests {
                 health_check: None,
                 local: None,
                 cold_start_timeout: None,
+                max_concurrency: None,
             }],
             ..ModelTable::default()
         }

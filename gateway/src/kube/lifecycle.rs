@@ -48,6 +48,10 @@ struct Entry {
     /// A request ended while touches were throttled: its end is still to
     /// be recorded.
     end_untouched: AtomicBool,
+    /// Least time between two touches: the touch interval, or a third of
+    /// the model's idle timeout when that is shorter, so that a model
+    /// serving a request never looks idle for its whole timeout.
+    touch_every_ms: AtomicU64,
 }
 
 /// [`ModelLifecycle`] for models found in the cluster.
@@ -116,8 +120,12 @@ impl KubeLifecycle {
                     queued: AtomicU64::new(0),
                     in_flight: AtomicU64::new(0),
                     end_untouched: AtomicBool::new(false),
+                    touch_every_ms: AtomicU64::new(0),
                 }),
             };
+            entry
+                .touch_every_ms
+                .store(self.touch_every(m.idle_timeout), Ordering::Relaxed);
             entry
                 .grouped
                 .store(m.target.gpu_group.is_some(), Ordering::Relaxed);
@@ -133,6 +141,17 @@ impl KubeLifecycle {
             next.insert(name.clone(), entry);
         }
         self.entries.store(Arc::new(next));
+    }
+
+    /// Milliseconds between touches of a model with `idle_timeout`.
+    fn touch_every(&self, idle_timeout: Duration) -> u64 {
+        let third = idle_timeout / 3;
+        let every = if third.is_zero() {
+            self.touch_interval
+        } else {
+            self.touch_interval.min(third)
+        };
+        every.as_millis() as u64
     }
 
     fn entry(&self, model: &str) -> Option<Arc<Entry>> {
@@ -164,10 +183,12 @@ impl KubeLifecycle {
     }
 
     /// Touches every model with a request in flight, or whose last
-    /// request ended untouched, every half touch interval until `stop`
-    /// (touches stay throttled to one per interval).
+    /// request ended untouched, as often as its touches are allowed (see
+    /// [`Entry::touch_every_ms`]), until stopped.
     pub async fn keep_active(self: Arc<Self>) {
-        let period = (self.touch_interval / 2).max(Duration::from_millis(100));
+        let period = (self.touch_interval / 2)
+            .min(Duration::from_millis(250))
+            .max(Duration::from_millis(50));
         let mut ticks = tokio::time::interval(period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -187,7 +208,7 @@ impl KubeLifecycle {
     fn touch_entry(&self, model: &str, e: &Entry) -> bool {
         let now = now_ms();
         let last = e.last_touch_ms.load(Ordering::Relaxed);
-        let interval = self.touch_interval.as_millis() as u64;
+        let interval = e.touch_every_ms.load(Ordering::Relaxed);
         if now.saturating_sub(last) < interval {
             return false;
         }

@@ -5,8 +5,9 @@
 //!
 //! - routes ([`crate::registry::ModelRegistry`]) are built from reflectors
 //!   on `Model` (v1alpha2), `ModelDeployment` (v1alpha1), `LoRAAdapter`,
-//!   `GPUGroup`, the models' `EndpointSlice`s and `Node`s ([`reflect`],
-//!   [`models`], [`endpoints`]), rebuilt on every watch event ([`sync`]);
+//!   `GPUGroup`, the models' `EndpointSlice`s and `Service`s, and `Node`s
+//!   ([`reflect`], [`models`], [`endpoints`], [`labels`]), rebuilt on every
+//!   watch event ([`sync`]);
 //! - the lifecycle ([`crate::activation::ModelLifecycle`]) reports readiness
 //!   from the same watches and hands activation, demand and activity to
 //!   background tasks that patch the cluster ([`lifecycle`], [`actions`],
@@ -20,6 +21,7 @@ pub mod actions;
 pub mod backoff;
 pub mod dns;
 pub mod endpoints;
+pub mod labels;
 pub mod lifecycle;
 pub mod models;
 pub mod patch;
@@ -68,38 +70,22 @@ pub struct KubeSettings {
 /// The operator's controllers run in the gateway (`--embedded-operator`).
 #[derive(Clone)]
 pub struct EmbeddedControllers {
-    /// Namespace the controllers watch; `None` watches all.
-    pub namespace: Option<String>,
-    /// Lease namespace, Lease name and this replica's identity, when only
-    /// the Lease holder may run them.
-    pub leader_election: Option<(String, String, String)>,
-    /// Registry the controllers' metrics join (the gateway's `/metrics`).
-    pub registry: prometheus::Registry,
+    /// Their settings, from [`crate::cli::Cli::controller_settings`] with the
+    /// gateway's metrics registry (the gateway's `/metrics`).
+    pub settings: flexinfer_operator::controllers::ControllerSettings,
 }
 
 impl std::fmt::Debug for EmbeddedControllers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let settings = &self.settings;
         f.debug_struct("EmbeddedControllers")
-            .field("namespace", &self.namespace)
-            .field("leader_election", &self.leader_election)
+            .field("namespace", &settings.namespace)
+            .field("leader_election", &settings.leader_election)
+            .field("build", &settings.build)
+            .field("check_crds", &settings.check_crds)
+            .field("kv_cache_scrape", &settings.kv_cache_scrape)
+            .field("federation", &settings.federation)
             .finish_non_exhaustive()
-    }
-}
-
-impl EmbeddedControllers {
-    fn controller_settings(self) -> flexinfer_operator::controllers::ControllerSettings {
-        use flexinfer_operator::controllers::{ControllerSettings, LeaderElection};
-        ControllerSettings {
-            namespace: self.namespace,
-            leader_election: self.leader_election.map(|(namespace, lease, identity)| {
-                let mut election = LeaderElection::new(&namespace, &identity);
-                election.lease_name = lease;
-                election
-            }),
-            registry: self.registry,
-            reporter: "flexinfer-gateway".to_owned(),
-            ..ControllerSettings::default()
-        }
     }
 }
 
@@ -203,8 +189,9 @@ async fn serve(
             let stopped = async {
                 let _ = operator_stopped.await;
             };
-            let settings = embedded.controller_settings();
-            if let Err(e) = flexinfer_operator::controllers::run(client, settings, stopped).await {
+            if let Err(e) =
+                flexinfer_operator::controllers::run(client, embedded.settings, stopped).await
+            {
                 tracing::error!(error = %e, "the embedded operator stopped");
             }
         })

@@ -9,11 +9,11 @@
 //!    precedence; Models before ModelDeployments; by name),
 //! 2. qualified names `namespace/name` of home-namespace models,
 //! 3. plain names of models outside the home namespace,
-//! 4. aliases: `spec.litellm.servedModelName`, `spec.litellm.aliases`,
-//!    service labels (`ai.flexinfer/active-services` when that annotation
-//!    is present, else `flexinfer.ai/service-labels` and
-//!    `spec.serviceLabels`),
-//! 5. LoRA adapter names (`spec.adapterName` → `spec.modelRef` in the
+//! 4. service labels claimed by two or more models: label groups
+//!    ([`super::labels`]),
+//! 5. aliases: `spec.litellm.servedModelName`, `spec.litellm.aliases`,
+//!    service labels claimed by this model only,
+//! 6. LoRA adapter names (`spec.adapterName` → `spec.modelRef` in the
 //!    adapter's namespace; the backend sees the adapter name).
 
 use std::collections::{BTreeMap, HashMap};
@@ -25,10 +25,11 @@ use flexinfer_crds::v1alpha1::{GPUGroup, ModelDeployment, ModelDeploymentPhase};
 use flexinfer_crds::v1alpha2::{LiteLlmSpec, LoRAAdapter, Model, ModelPhase};
 use flexinfer_crds::RoutingStrategy;
 use flexinfer_operator::lifecycle::Phase;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::endpoints::{terminating_nodes, ReadyEndpoints};
+use super::labels::{service_labels, ServiceAnnotations};
 use super::scope::{qualified, Scope};
 use crate::config::ModelConfig;
 use crate::paths::PathPolicy;
@@ -49,6 +50,8 @@ pub struct Snapshot {
     pub slices: Vec<Arc<EndpointSlice>>,
     /// Nodes.
     pub nodes: Vec<Arc<Node>>,
+    /// Services of models (their service-label annotations).
+    pub services: Vec<Arc<Service>>,
 }
 
 /// Which resource a route comes from.
@@ -98,6 +101,10 @@ pub struct ClusterModel {
     pub message: Option<String>,
     /// The model's cold-start timeout.
     pub cold_start: Duration,
+    /// Idle time after which the operator scales the model to zero.
+    pub idle_timeout: Duration,
+    /// The label groups (service labels shared with other models) it is in.
+    pub group_labels: Vec<String>,
 }
 
 /// A candidate route before names are claimed.
@@ -107,6 +114,10 @@ struct Candidate {
     kind: TargetKind,
     annotations: BTreeMap<String, String>,
     aliases: Vec<String>,
+    /// `spec.serviceLabels`.
+    spec_labels: Vec<String>,
+    /// Service labels from every source ([`service_labels`]).
+    labels: Vec<String>,
     backend_model: String,
     ready: bool,
     failed: bool,
@@ -115,6 +126,7 @@ struct Candidate {
     replicas: i32,
     gpu_group_ref: Option<String>,
     cold_start: Duration,
+    idle_timeout: Duration,
     /// The cold-start timeout the model itself sets, if it does: queued
     /// requests wait at least this long.
     own_cold_start: Option<Duration>,
@@ -142,6 +154,11 @@ pub fn build(snap: &Snapshot, scope: &Scope, resolve: Resolve<'_>) -> Vec<Cluste
         if let Some(c) = from_deployment(d, scope) {
             candidates.push(c);
         }
+    }
+    let services = ServiceAnnotations::collect(&snap.services);
+    for c in &mut candidates {
+        let service = services.get(&c.namespace, &c.name);
+        c.labels = service_labels(service, &c.annotations, &c.spec_labels);
     }
     candidates.sort_by(|a, b| {
         scope
@@ -193,6 +210,8 @@ pub fn build(snap: &Snapshot, scope: &Scope, resolve: Resolve<'_>) -> Vec<Cluste
             phase,
             message: c.message.clone(),
             cold_start: c.cold_start,
+            idle_timeout: c.idle_timeout,
+            group_labels: Vec::new(),
         });
     }
     let home = scope.home().to_string();
@@ -208,9 +227,39 @@ pub fn build(snap: &Snapshot, scope: &Scope, resolve: Resolve<'_>) -> Vec<Cluste
             extra.push((i, c.name.clone()));
         }
     }
+    for (i, alias) in extra.drain(..) {
+        let owner = out[i].config.name.clone();
+        if claims.claim(&alias, &owner) {
+            out[i].config.aliases.push(alias);
+        }
+    }
+    // Labels claimed by two or more models form groups, ahead of aliases.
+    let mut claimants: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for c in &candidates {
         if let Some(i) = route_of(c) {
-            extra.extend(c.aliases.iter().map(|a| (i, a.clone())));
+            for label in &c.labels {
+                let routes = claimants.entry(label.as_str()).or_default();
+                if !routes.contains(&i) {
+                    routes.push(i);
+                }
+            }
+        }
+    }
+    claimants.retain(|_, routes| routes.len() > 1);
+    for (label, routes) in &claimants {
+        if claims.claim(label, &format!("label group {label}")) {
+            for &i in routes {
+                out[i].group_labels.push(label.to_string());
+            }
+        }
+    }
+    for c in &candidates {
+        if let Some(i) = route_of(c) {
+            let single = c
+                .labels
+                .iter()
+                .filter(|l| !claimants.contains_key(l.as_str()));
+            extra.extend(c.aliases.iter().chain(single).map(|a| (i, a.clone())));
         }
     }
     for (i, alias) in extra {
@@ -304,6 +353,21 @@ fn route_config(key: &str, c: &Candidate, upstreams: Vec<Upstream>) -> ModelConf
         health_check: None,
         local: None,
         cold_start_timeout: c.own_cold_start,
+        max_concurrency: max_concurrency(key, c.annotations.get(labels::MAX_CONCURRENCY)),
+    }
+}
+
+/// Requests each endpoint takes at once, from the model's
+/// `flexinfer.ai/max-concurrency` annotation; an unusable value is
+/// ignored (and said so).
+fn max_concurrency(key: &str, annotation: Option<&String>) -> Option<u32> {
+    let value = annotation?;
+    match value.trim().parse::<u32>() {
+        Ok(n) if n > 0 => Some(n),
+        _ => {
+            tracing::warn!(model = key, value = %value, "ignoring {}: not a positive integer", labels::MAX_CONCURRENCY);
+            None
+        }
     }
 }
 
@@ -337,12 +401,13 @@ fn from_model(m: &Model, scope: &Scope) -> Option<Candidate> {
         return None;
     }
     let annotations = m.metadata.annotations.clone().unwrap_or_default();
-    let mut aliases = m.spec.client_aliases(&name);
-    aliases.extend(service_labels(&annotations, &m.spec.service_labels));
+    let aliases = m.spec.client_aliases(&name);
     let status = m.status.as_ref();
     let phase = status.and_then(|s| s.phase);
     Some(Candidate {
         aliases,
+        spec_labels: m.spec.service_labels.clone(),
+        labels: Vec::new(),
         annotations,
         backend_model: m.spec.backend_model_name(),
         ready: phase == Some(ModelPhase::Ready),
@@ -352,6 +417,7 @@ fn from_model(m: &Model, scope: &Scope) -> Option<Candidate> {
         replicas: 0,
         gpu_group_ref: None,
         cold_start: m.spec.cold_start_timeout(),
+        idle_timeout: m.spec.idle_timeout(),
         own_cold_start: m.spec.serverless.as_ref().map(|s| s.cold_start_timeout()),
         fallback: fallback(
             status.and_then(|s| s.endpoint.as_deref()),
@@ -373,14 +439,15 @@ fn from_deployment(d: &ModelDeployment, scope: &Scope) -> Option<Candidate> {
         return None;
     }
     let annotations = d.metadata.annotations.clone().unwrap_or_default();
-    let mut aliases = litellm_aliases(d.spec.litellm.as_ref(), &name);
-    aliases.extend(service_labels(&annotations, &d.spec.service_labels));
+    let aliases = litellm_aliases(d.spec.litellm.as_ref(), &name);
     let status = d.status.as_ref();
     let phase = status.and_then(|s| s.phase);
     let running =
         d.is_ready() || (d.spec.replicas > 0 && phase == Some(ModelDeploymentPhase::Running));
     Some(Candidate {
         aliases,
+        spec_labels: d.spec.service_labels.clone(),
+        labels: Vec::new(),
         annotations,
         backend_model: d.spec.model.clone(),
         ready: running,
@@ -390,6 +457,7 @@ fn from_deployment(d: &ModelDeployment, scope: &Scope) -> Option<Candidate> {
         replicas: d.spec.replicas,
         gpu_group_ref: d.spec.gpu_group_ref.clone().filter(|g| !g.is_empty()),
         cold_start: d.spec.cold_start_timeout(),
+        idle_timeout: d.spec.idle_timeout(),
         // `coldStartTimeoutSeconds: 0` means unset.
         own_cold_start: Some(d.spec.cold_start_timeout()).filter(|t| !t.is_zero()),
         fallback: fallback(
@@ -440,24 +508,6 @@ fn litellm_aliases(litellm: Option<&LiteLlmSpec>, name: &str) -> Vec<String> {
             out.push(a.to_string());
         }
     }
-    out
-}
-
-/// Service labels: `ai.flexinfer/active-services` when the key is present
-/// (even empty), else `flexinfer.ai/service-labels` plus `spec`'s list.
-fn service_labels(annotations: &BTreeMap<String, String>, spec: &[String]) -> Vec<String> {
-    if let Some(active) = annotations.get(labels::ACTIVE_SERVICES) {
-        return labels::split_list(active);
-    }
-    let mut out = annotations
-        .get(labels::SERVICE_LABELS)
-        .map(|v| labels::split_list(v))
-        .unwrap_or_default();
-    out.extend(
-        spec.iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty()),
-    );
     out
 }
 
@@ -568,6 +618,59 @@ mod tests {
         assert_eq!(out[1].config.upstreams.len(), 1);
         assert_eq!(out[0].phase, Phase::Idle);
         assert_eq!(out[0].config.backend_model, "org/m");
+    }
+
+    #[test]
+    fn shared_service_labels_form_groups_and_single_ones_are_aliases() {
+        let labelled = |labels: serde_json::Value| {
+            let mut s = spec();
+            s["serviceLabels"] = labels;
+            s
+        };
+        let service = |name: &str, active: &str| {
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ml",
+                    "annotations": {"ai.flexinfer/active-services": active}}}))
+                .unwrap(),
+            )
+        };
+        let snap = Snapshot {
+            models: vec![
+                model(json!({"metadata": {"name": "b", "namespace": "ml"},
+                    "spec": labelled(json!(["chat", "code"])), "status": {"phase": "Ready"}})),
+                model(json!({"metadata": {"name": "a", "namespace": "ml",
+                    "annotations": {"flexinfer.ai/service-labels": "chat, solo"}},
+                    "spec": spec()})),
+                model(json!({"metadata": {"name": "c", "namespace": "ml"},
+                    "spec": labelled(json!(["code"]))})),
+                model(json!({"metadata": {"name": "d", "namespace": "ml"},
+                    "spec": labelled(json!(["code"]))})),
+            ],
+            slices: vec![slice("ml", "b", "10.0.0.2")],
+            // c's Service says it is the inactive member of a shared group.
+            services: vec![service("c", "")],
+            ..Snapshot::default()
+        };
+        let out = build(&snap, &Scope::from_flags("ml", &[], false), &|_, _| {
+            Vec::new()
+        });
+        let by_name = |n: &str| out.iter().find(|m| m.config.name == n).unwrap();
+        assert_eq!(by_name("a").group_labels, ["chat"]);
+        assert_eq!(by_name("a").config.aliases, ["ml/a", "solo"]);
+        assert_eq!(by_name("b").group_labels, ["chat", "code"]);
+        assert!(by_name("c").group_labels.is_empty());
+        assert_eq!(by_name("d").group_labels, ["code"]);
+        let specs = super::super::labels::group_specs(&out);
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[0].label, "chat");
+        assert_eq!(
+            specs[0].members,
+            [("a".to_string(), false), ("b".to_string(), true)]
+        );
+        assert_eq!(
+            specs[1].members,
+            [("b".to_string(), true), ("d".to_string(), false)]
+        );
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub type RbacRule = (&'static str, &'static str, &'static [&'static str]);
 ///   `flexinfer.ai/queue-since.<model>`.
 /// - EndpointSlices give each model's ready endpoints; Nodes tell which
 ///   of them are on spot nodes about to be reclaimed.
+/// - Services of models (labelled `flexinfer.ai/model`) are listed and
+///   watched for their service labels (`ai.flexinfer/active-services`,
+///   `flexinfer.ai/service-labels`).
 pub const RBAC_RULES: &[RbacRule] = &[
     ("ai.flexinfer", "models", &["list", "watch"]),
     ("ai.flexinfer", "models/status", &["patch"]),
@@ -33,6 +36,7 @@ pub const RBAC_RULES: &[RbacRule] = &[
     ("ai.flexinfer", "gpugroups", &["list", "watch", "patch"]),
     ("discovery.k8s.io", "endpointslices", &["list", "watch"]),
     ("", "nodes", &["list", "watch"]),
+    ("", "services", &["list", "watch"]),
 ];
 
 /// The verbs [`RBAC_RULES`] grants on `resource` of `group`.

@@ -6,10 +6,11 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
 
+use flexinfer_crds::labels::MODEL as MODEL_LABEL;
 use flexinfer_crds::v1alpha1::{GPUGroup, ModelDeployment};
 use flexinfer_crds::v1alpha2::{LoRAAdapter, Model};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -41,6 +42,7 @@ pub struct Stores {
     groups: Vec<Store<GPUGroup>>,
     slices: Vec<Store<EndpointSlice>>,
     nodes: Vec<Store<Node>>,
+    services: Vec<Store<Service>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -61,6 +63,7 @@ impl Stores {
             groups: Vec::new(),
             slices: Vec::new(),
             nodes: Vec::new(),
+            services: Vec::new(),
             tasks: Vec::new(),
         };
         let plain = watcher::Config::default;
@@ -87,6 +90,12 @@ impl Stores {
         for api in apis::<EndpointSlice>(client, scope) {
             s.slices.push(spawn(api, slices(), changed, &mut s.tasks));
         }
+        // Model Services, for their service-label annotations.
+        let services = || watcher::Config::default().labels(MODEL_LABEL);
+        for api in apis::<Service>(client, scope) {
+            s.services
+                .push(spawn(api, services(), changed, &mut s.tasks));
+        }
         let nodes: Api<Node> = Api::all(client.clone());
         s.nodes.push(spawn(nodes, plain(), changed, &mut s.tasks));
         s
@@ -112,6 +121,9 @@ impl Stores {
         for st in &self.nodes {
             st.wait_until_ready().await?;
         }
+        for st in &self.services {
+            st.wait_until_ready().await?;
+        }
         Ok(())
     }
 
@@ -124,6 +136,7 @@ impl Stores {
             groups: state(&self.groups),
             slices: state(&self.slices),
             nodes: state(&self.nodes),
+            services: state(&self.services),
         }
     }
 }

@@ -104,6 +104,7 @@ pub async fn check(client: &Client, scope: &Scope) -> anyhow::Result<Kinds> {
             can_list::<GPUGroup>(client, ns, GROUP, "gpugroups").await?;
         }
         can_list::<EndpointSlice>(client, ns, "discovery.k8s.io", "endpointslices").await?;
+        can_list::<k8s_openapi::api::core::v1::Service>(client, ns, "", "services").await?;
     }
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     list_one(&nodes, None, "", "nodes").await?;

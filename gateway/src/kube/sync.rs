@@ -40,6 +40,7 @@ pub fn apply_snapshot(
     let models = models::build(snapshot, scope, resolve);
     let table = ModelTable {
         models: models.iter().map(|m| m.config.clone()).collect(),
+        label_groups: super::labels::group_specs(&models),
         ..ModelTable::default()
     };
     // Routes first: a request released by the readiness change below

@@ -48,29 +48,15 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
     })
 }
 
-/// Settings of the operator controllers run inside the gateway.
+/// Settings of the operator controllers run inside the gateway: those of
+/// flexinfer-operator with the same options (see
+/// [`Cli::controller_settings`]), the backend catalog's image overrides from
+/// the environment, and the gateway's metrics registry.
 fn embedded_controllers(cli: &Cli, metrics: &Metrics) -> EmbeddedControllers {
-    let namespace = match (cli.all_namespaces, cli.namespaces.as_slice()) {
-        (true, _) => None,
-        (false, []) => Some(cli.pod_namespace.clone()),
-        (false, [one]) => Some(one.clone()),
-        // The controllers watch one namespace or all of them.
-        (false, _) => None,
-    };
-    let identity = cli
-        .pod_name
-        .clone()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| format!("flexinfer-gateway-{}", std::process::id()));
-    EmbeddedControllers {
-        namespace,
-        leader_election: cli.leader_elect.then(|| {
-            (
-                cli.pod_namespace.clone(),
-                cli.leader_election_lease.clone(),
-                identity,
-            )
-        }),
-        registry: metrics.registry().clone(),
-    }
+    let mut settings = cli.controller_settings(
+        &cli.identity(),
+        flexinfer_operator::cli::image_overrides_from_env(),
+    );
+    settings.registry = metrics.registry().clone();
+    EmbeddedControllers { settings }
 }

@@ -5,8 +5,13 @@
 use http::header;
 use pingora_http::RequestHeader;
 
+use std::sync::Arc;
+
+use super::headers::API_KEY;
 use super::Gateway;
+use crate::auth::bearer_token;
 use crate::errors::ApiError;
+use crate::tenants::Tenant;
 
 /// Refuses a `Transfer-Encoding` other than `chunked` alone (RFC 9112
 /// §6.1: 501 for codings the server does not understand). Pingora would
@@ -28,27 +33,44 @@ pub(super) fn check_framing(req: &RequestHeader) -> Result<(), ApiError> {
     Err(ApiError::unsupported_transfer_coding(&shown))
 }
 
+/// The API key a request presents: `Authorization: Bearer <key>`, else
+/// `x-api-key: <key>`.
+fn presented_key(req: &RequestHeader) -> Option<&[u8]> {
+    match req.headers.get(header::AUTHORIZATION) {
+        Some(v) => bearer_token(v.as_bytes()),
+        None => req
+            .headers
+            .get(API_KEY)
+            .map(|v| v.as_bytes().trim_ascii())
+            .filter(|k| !k.is_empty()),
+    }
+}
+
 impl Gateway {
-    /// Checks the API key, when keys are required (an admin key will do).
-    pub(super) fn authenticate(&self, req: &RequestHeader) -> Result<(), ApiError> {
-        match &self.auth {
-            Some(auth) => {
-                let value = req.headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-                if auth.check(value) || self.is_admin(req) {
-                    Ok(())
-                } else {
-                    Err(ApiError::unauthorized())
-                }
-            }
-            None => Ok(()),
+    /// Checks the API key, when keys are required (an admin key will do),
+    /// and names the caller's tenant. The key comes from `Authorization:
+    /// Bearer`, else from `x-api-key` (Anthropic clients).
+    pub(super) fn authenticate(
+        &self,
+        req: &RequestHeader,
+    ) -> Result<Option<Arc<Tenant>>, ApiError> {
+        let Some(tenants) = &self.tenants else {
+            return Ok(None);
+        };
+        if let Some(tenant) = presented_key(req).and_then(|k| tenants.identify(k)) {
+            return Ok(Some(tenant));
         }
+        if self.is_admin(req) {
+            return Ok(None);
+        }
+        Err(ApiError::unauthorized())
     }
 
     /// Whether the request carries an admin key.
     pub(super) fn is_admin(&self, req: &RequestHeader) -> bool {
-        self.admin_keys.as_ref().is_some_and(|keys| {
-            keys.check(req.headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
-        })
+        self.admin_keys
+            .as_ref()
+            .is_some_and(|keys| presented_key(req).is_some_and(|k| keys.check_key(k)))
     }
 
     /// Takes a token from the global bucket, when there is one.

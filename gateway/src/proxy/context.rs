@@ -11,6 +11,7 @@ use prometheus::IntGauge;
 use super::plan::ForwardPlan;
 use crate::errors::ApiError;
 use crate::routing::InFlight;
+use crate::tenants::Tenant;
 
 /// Per-request state.
 #[derive(Default)]
@@ -18,6 +19,8 @@ pub struct RequestCtx {
     pub(super) request_id: Option<Arc<str>>,
     pub(super) start: Option<Instant>,
     pub(super) model: Option<Arc<str>>,
+    /// The tenant the API key names.
+    pub(super) tenant: Option<Arc<Tenant>>,
     pub(super) plan: Option<Box<ForwardPlan>>,
     /// Indices of the endpoints tried so far, in order.
     pub(super) tried: Vec<usize>,

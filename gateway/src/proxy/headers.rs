@@ -7,5 +7,8 @@ pub const CLUSTER_HEADER: &str = "x-flexinfer-cluster";
 /// Response header naming the endpoint a request went to and why, when
 /// `--route-debug-header` is on.
 pub const ROUTE_HEADER: &str = "x-flexinfer-route";
-/// Internal header never forwarded upstream.
+/// API key header of Anthropic clients, accepted like `Authorization: Bearer`.
+pub const API_KEY: &str = "x-api-key";
+/// Internal workload-class header (`background` requests never start a
+/// model), never forwarded upstream.
 pub const WORKLOAD_CLASS: &str = "x-flexinfer-internal-workload-class";

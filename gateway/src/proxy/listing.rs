@@ -21,10 +21,11 @@ impl Gateway {
     ) -> Result<Option<bool>> {
         let path = session.req_header().uri.path();
         let listing = match path {
-            "/v1/models" => Ok(self.model_list()),
+            "/v1/models" => Ok(self.model_list(ctx)),
             "/admin/models" => Ok(self.admin_report()),
+            "/admin/tenants" => self.tenant_report(session),
             _ => match path.strip_prefix("/v1/models/") {
-                Some(id) if !id.is_empty() => self.model_entry(id),
+                Some(id) if !id.is_empty() => self.model_entry(id, ctx),
                 _ => return Ok(None),
             },
         };
@@ -50,13 +51,18 @@ impl Gateway {
         Ok(Some(true))
     }
 
-    /// The OpenAI model list, with each model's phase as an extension field.
-    fn model_list(&self) -> Value {
-        let lifecycle = self.activation.as_ref().map(|q| q.lifecycle());
+    /// The OpenAI model list, with each model's phase as an extension
+    /// field: the models the caller's tenant may use.
+    fn model_list(&self, ctx: &RequestCtx) -> Value {
+        let lifecycle = self.activation.as_ref().and_then(|q| q.lifecycle());
         let data: Vec<Value> = self
             .registry
             .list()
             .into_iter()
+            .filter(|m| {
+                let model = m.parent.as_deref().unwrap_or(&m.root);
+                ctx.tenant.as_ref().is_none_or(|t| t.allows(model))
+            })
             .map(|m| {
                 let model = m.parent.as_deref().unwrap_or(&m.root);
                 let phase = match m.phase {
@@ -82,9 +88,9 @@ impl Gateway {
     /// One model of the list by its id (percent-decoded, so `org%2Fm` and
     /// `org/m` both name `org/m`); 404 `model_not_found` for names the list
     /// does not show.
-    fn model_entry(&self, raw_id: &str) -> Result<Value, ApiError> {
+    fn model_entry(&self, raw_id: &str, ctx: &RequestCtx) -> Result<Value, ApiError> {
         let id = crate::extract::percent_decode(raw_id)?;
-        let mut list = self.model_list();
+        let mut list = self.model_list(ctx);
         let entries = list["data"].as_array_mut().map(std::mem::take);
         entries
             .into_iter()
@@ -93,10 +99,26 @@ impl Gateway {
             .ok_or_else(|| ApiError::model_not_found(&id))
     }
 
+    /// `/admin/tenants`: each tenant's limits and what is left of them;
+    /// an admin key is required (tenants must not see each other).
+    fn tenant_report(&self, session: &Session) -> Result<Value, ApiError> {
+        if !self.is_admin(session.req_header()) {
+            return Err(ApiError::admin_key_required("/admin/tenants"));
+        }
+        let mut report = match &self.tenants {
+            Some(tenants) => tenants.report(),
+            None => json!({"tenants": []}),
+        };
+        if let Some(queues) = &self.activation {
+            report["queues"] = queues.report();
+        }
+        Ok(report)
+    }
+
     /// Phase, queue depth, activity and swap history of models run on demand.
     fn admin_report(&self) -> Value {
-        match &self.activation {
-            Some(q) => q.lifecycle().report(),
+        match self.activation.as_ref().and_then(|q| q.lifecycle()) {
+            Some(l) => l.report(),
             None => json!({"models": [], "groups": []}),
         }
     }

@@ -26,6 +26,7 @@ mod dispatch;
 mod failover;
 mod headers;
 mod listing;
+mod metering;
 mod plan;
 mod record;
 mod respond;
@@ -55,6 +56,7 @@ use crate::connections;
 use crate::metrics::Metrics;
 use crate::ratelimit::RouteLimiter;
 use crate::registry::ModelRegistry;
+use crate::tenants::Tenants;
 use context::RequestIds;
 use headers::REQUEST_ID;
 use respond::{answer_failure, reject, respond};
@@ -68,7 +70,8 @@ pub struct Gateway {
     registry: Arc<dyn ModelRegistry>,
     activation: Option<Arc<ActivationQueues>>,
     failures: Option<Arc<dyn EndpointFailures>>,
-    auth: Option<Auth>,
+    /// Accepted API keys and their tenants, when keys are required.
+    tenants: Option<Arc<Tenants>>,
     /// Keys that may also reach admin routes ([`crate::paths::ADMIN_PATHS`]).
     admin_keys: Option<Auth>,
     global_limiter: Option<RouteLimiter>,
@@ -82,7 +85,7 @@ impl Gateway {
     /// Builds the request path.
     pub fn new(
         registry: Arc<dyn ModelRegistry>,
-        auth: Option<Auth>,
+        tenants: Option<Arc<Tenants>>,
         global_limiter: Option<RouteLimiter>,
         side_routes: SideRoutes,
         metrics: Metrics,
@@ -92,7 +95,7 @@ impl Gateway {
             registry,
             activation: None,
             failures: None,
-            auth,
+            tenants,
             admin_keys: None,
             global_limiter,
             metrics,
@@ -159,8 +162,9 @@ impl ProxyHttp for Gateway {
             respond(session, ctx, a.status, a.content_type, a.body, &[]).await?;
             return Ok(true);
         }
-        if let Err(e) = self.authenticate(session.req_header()) {
-            return reject(session, ctx, e).await;
+        match self.authenticate(session.req_header()) {
+            Ok(tenant) => ctx.tenant = tenant,
+            Err(e) => return reject(session, ctx, e).await,
         }
         if let Some(done) = self.serve_listing(session, ctx).await? {
             return Ok(done);
@@ -226,6 +230,9 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.upstream_answered = true;
+        if let Some(metering) = ctx.plan.as_mut().and_then(|p| p.metering.as_mut()) {
+            metering.begin(resp);
+        }
         self.record_outcome(ctx, false);
         self.fail_over_server_error(session, resp, ctx)
     }
@@ -245,6 +252,15 @@ impl ProxyHttp for Gateway {
         if self.settings.route_debug_header {
             if let Some(route) = self.route_debug(ctx) {
                 resp.insert_header(ROUTE_HEADER, route)?;
+            }
+        }
+        if let Some(charge) = ctx
+            .plan
+            .as_ref()
+            .and_then(|p| p.metering.as_ref()?.charge.as_ref())
+        {
+            for (name, value) in &charge.headers {
+                resp.insert_header(*name, value.as_str())?;
             }
         }
         ctx.status = resp.status.as_u16();
@@ -279,9 +295,12 @@ impl ProxyHttp for Gateway {
         &self,
         _session: &mut Session,
         body: &mut Option<Bytes>,
-        _end_of_stream: bool,
+        end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<Option<Duration>> {
+        if let Some(metering) = ctx.plan.as_mut().and_then(|p| p.metering.as_mut()) {
+            metering.feed(body, end_of_stream);
+        }
         if let (false, Some(b)) = (ctx.is_subrequest, body) {
             ctx.response_bytes += b.len() as u64;
         }
@@ -299,6 +318,11 @@ impl ProxyHttp for Gateway {
 
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
         ctx.lease = None;
+        if let Some(plan) = ctx.plan.as_mut() {
+            if let Some(metering) = plan.metering.as_mut() {
+                metering.finish(&self.metrics, &plan.resolved.route.name);
+            }
+        }
         if !ctx.is_subrequest {
             connections::request_ended();
             // A managed model's request ends when its plan (with its

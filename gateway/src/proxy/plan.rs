@@ -13,13 +13,17 @@ use pingora_proxy::Session;
 use super::body::{declared_length, read_body};
 use super::context::RequestCtx;
 use super::headers::WORKLOAD_CLASS;
+use super::metering::{self, Metering};
 use super::Gateway;
-use crate::activation::{ActiveRequest, Admission};
+use crate::activation::{ActiveRequest, Admission, AdmitRequest, FlowPermit};
 use crate::errors::ApiError;
 use crate::extract::{self, BodyKind, JsonView};
-use crate::registry::{MatchKind, Resolved};
+use crate::flow::{Class, Waiter};
+use crate::label_groups::{GroupKeys, GroupTicket, LabelGroup};
+use crate::registry::{MatchKind, ModelRoute, Resolved};
 use crate::rewrite;
 use crate::routing::{self, CacheAwareRequest, KeySource, PromptBlocks, RoutingInputs, Strategy};
+use crate::tenants::Tenant;
 
 /// Everything decided about a request before it is forwarded.
 pub struct ForwardPlan {
@@ -39,8 +43,14 @@ pub struct ForwardPlan {
     /// every subrequest of this request, so that a failover subrequest
     /// skips them.
     pub(super) tried_mask: Option<Arc<AtomicU64>>,
+    /// The tenant's budget charge and usage accounting.
+    pub(super) metering: Option<Box<Metering>>,
     /// Keeps a managed model from an idle stop while this request runs.
     pub(super) _active: Option<ActiveRequest>,
+    /// The model's slot, when its concurrency is bounded.
+    pub(super) _permit: Option<FlowPermit>,
+    /// Counts the request on the label-group member it went to.
+    pub(super) _group: Option<GroupTicket>,
 }
 
 impl ForwardPlan {
@@ -57,7 +67,10 @@ impl ForwardPlan {
             body: self.body.clone(),
             request_id: self.request_id.clone(),
             tried_mask: self.tried_mask.clone(),
+            metering: None,
             _active: None,
+            _permit: None,
+            _group: None,
         }
     }
 }
@@ -126,7 +139,12 @@ impl Gateway {
             _ => None,
         };
         let requested = requested_model(head.model, json.as_ref(), &head.kind, &body).await?;
-        let resolved = self.resolve(&requested, ctx)?;
+        let (resolved, group) = self.resolve(
+            &requested,
+            &session.req_header().headers,
+            json.as_ref(),
+            ctx,
+        )?;
         let req = session.req_header();
         let path = head.forward_path.as_deref().map_or(req.uri.path(), |p| {
             p.split_once('?').map_or(p, |(path, _)| path)
@@ -135,8 +153,31 @@ impl Gateway {
             .route
             .paths
             .check(&resolved.route.name, path, self.is_admin(req))?;
+        let completions = matches!(path, "/v1/chat/completions" | "/v1/completions");
+        let metering = ctx
+            .tenant
+            .clone()
+            .map(|tenant| self.charge_tenant(tenant, &resolved, json.as_ref()))
+            .transpose()?;
         let background = is_background(&session.req_header().headers);
-        let (resolved, active) = self.admit(resolved, &requested, background).await?;
+        // A label-group pick is looked up again (after a cold start) by the
+        // member's name, not by the label.
+        let member = group.is_some().then(|| resolved.route.clone());
+        let lookup = member
+            .as_ref()
+            .map_or(requested.as_str(), |r| r.name.as_str());
+        let who = Waiter {
+            class: match &ctx.tenant {
+                _ if background => Class::Background,
+                Some(t) => Class::of(t.priority),
+                None => Class::Normal,
+            },
+            tenant: ctx
+                .tenant
+                .as_ref()
+                .map_or_else(|| Arc::from(""), |t| t.name.clone()),
+        };
+        let (resolved, active, permit) = self.admit(resolved, lookup, who).await?;
         let strategy = self.strategy(&resolved);
         let (routing_key, key_source) =
             self.routing_key(strategy, &session.req_header().headers, json.as_ref());
@@ -148,7 +189,16 @@ impl Gateway {
             ))
         });
         let rewritten = rewritten_body(body.as_ref(), json.as_ref(), &resolved);
+        let unasked_stream = json
+            .as_ref()
+            .filter(|v| completions && v.stream == Some(true) && v.stream_options.is_none())
+            .map(|v| v.open_brace);
         drop(json);
+        let mut body = rewritten.or_else(|| body.map(PlannedBody::from));
+        let mut metering = metering;
+        if let (Some(m), Some(open_brace)) = (metering.as_mut(), unasked_stream) {
+            body = body.map(|b| ask_for_usage(b, open_brace, m));
+        }
         Ok(ForwardPlan {
             resolved,
             strategy,
@@ -156,19 +206,44 @@ impl Gateway {
             key_source,
             prompt,
             forward_path: head.forward_path,
-            body: rewritten.or_else(|| body.map(PlannedBody::from)),
+            body,
             request_id: ctx.request_id.clone().unwrap_or_else(|| Arc::from("")),
             tried_mask: None,
+            metering,
             _active: active,
+            _permit: permit,
+            _group: group,
         })
     }
 
-    /// The route of the requested name, within its model's rate limit.
-    fn resolve(&self, requested: &str, ctx: &mut RequestCtx) -> Result<Resolved, ApiError> {
-        let resolved = self
-            .registry
-            .resolve(requested)
-            .ok_or_else(|| ApiError::model_not_found(requested))?;
+    /// The route of the requested name (a model, alias, adapter, or a
+    /// member of the label group it names), within its model's rate limit.
+    fn resolve(
+        &self,
+        requested: &str,
+        headers: &HeaderMap,
+        json: Option<&JsonView<'_>>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(Resolved, Option<GroupTicket>), ApiError> {
+        let (resolved, ticket) = match self.registry.resolve(requested) {
+            Some(resolved) => (resolved, None),
+            None => {
+                let group = self
+                    .registry
+                    .label_group(requested)
+                    .ok_or_else(|| ApiError::model_not_found(requested))?;
+                let (resolved, ticket) = self.pick_member(&group, headers, json);
+                (resolved, Some(ticket))
+            }
+        };
+        if ctx
+            .tenant
+            .as_ref()
+            .is_some_and(|t| !t.allows(&resolved.route.name))
+        {
+            // Not found, as a model that does not exist: names do not leak.
+            return Err(ApiError::model_not_found(requested));
+        }
         ctx.model = Some(Arc::from(resolved.route.name.as_str()));
         if let Some(limiter) = &resolved.route.limiter {
             if let Err(wait) = limiter.check() {
@@ -179,7 +254,87 @@ impl Gateway {
                 return Err(ApiError::rate_limited(wait));
             }
         }
-        Ok(resolved)
+        Ok((resolved, ticket))
+    }
+
+    /// Takes the request and its estimated tokens from the tenant's
+    /// budgets for this model.
+    fn charge_tenant(
+        &self,
+        tenant: Arc<Tenant>,
+        resolved: &Resolved,
+        json: Option<&JsonView<'_>>,
+    ) -> Result<Box<Metering>, ApiError> {
+        let model = &resolved.route.name;
+        let charge = if tenant.has_limits(model) {
+            let charge = tenant
+                .admit(model, metering::estimate(json))
+                .inspect_err(|e| {
+                    let scope = if e.message.contains(" tokens") {
+                        "tenant_tokens"
+                    } else {
+                        "tenant_requests"
+                    };
+                    self.metrics
+                        .rate_limited
+                        .with_label_values(&[model, scope])
+                        .inc();
+                })?;
+            Some(charge)
+        } else {
+            None
+        };
+        Ok(Box::new(Metering::new(tenant, charge)))
+    }
+
+    /// The member of `group` a request goes to, under the gateway's
+    /// label-group mode; the routing keys are derived only when the mode
+    /// hashes one.
+    fn pick_member(
+        &self,
+        group: &LabelGroup,
+        headers: &HeaderMap,
+        json: Option<&JsonView<'_>>,
+    ) -> (Resolved, GroupTicket) {
+        let mode = self.settings.label_group_mode;
+        let (mut prefix, mut session) = (None, None);
+        if group.wants_keys(mode) {
+            let document = json
+                .and_then(|v| v.documents)
+                .and_then(routing::document_text);
+            let inputs = json.map_or_else(RoutingInputs::default, |v| RoutingInputs {
+                session_id: v.session_id.as_deref(),
+                cache_key: v.cache_key.as_deref(),
+                prefix: v.prefix.as_deref(),
+                messages: v.messages,
+                prompt: v.prompt,
+                document_context: v.document_context.as_deref().or(document.as_deref()),
+            });
+            if mode.uses_prefix() {
+                prefix =
+                    routing::prefix_key_with_limits(headers, &inputs, &self.settings.key_limits)
+                        .filter(|(_, source)| *source != KeySource::SessionFallback)
+                        .map(|(key, _)| key);
+            }
+            if mode.uses_session() && prefix.is_none() {
+                session = routing::session_key(headers, &inputs).map(|(key, _)| key);
+            }
+        }
+        let keys = GroupKeys {
+            prefix: prefix.as_deref(),
+            session: session.as_deref(),
+        };
+        let pick = group.pick(mode, keys);
+        let strategy = mode.as_str();
+        self.metrics
+            .label_group_decisions
+            .with_label_values(&[group.label(), strategy, pick.outcome.as_str()])
+            .inc();
+        self.metrics
+            .label_group_hits
+            .with_label_values(&[group.label(), strategy, &pick.resolved.route.name])
+            .inc();
+        (pick.resolved, pick.ticket)
     }
 
     /// Waits for a managed model to be ready (cold start), and marks the
@@ -187,50 +342,67 @@ impl Gateway {
     /// model's endpoints appeared meanwhile.
     ///
     /// A background request is served only by a Ready model and does not
-    /// count as activity (no touch, no active-request guard).
+    /// count as activity (no touch, no active-request guard); it waits for
+    /// a slot behind every other class.
     async fn admit(
         &self,
         resolved: Resolved,
         requested: &str,
-        background: bool,
-    ) -> Result<(Resolved, Option<ActiveRequest>), ApiError> {
+        who: Waiter,
+    ) -> Result<(Resolved, Option<ActiveRequest>, Option<FlowPermit>), ApiError> {
         let Some(queues) = &self.activation else {
-            return Ok((resolved, None));
+            return Ok((resolved, None, None));
         };
         let route = &resolved.route;
-        if background {
-            return match queues.admit_background(&route.name) {
-                Ok(()) => Ok((resolved, None)),
-                Err(e) => {
-                    self.metrics
-                        .queue_rejected
-                        .with_label_values(&[&route.name, "background_not_ready"])
-                        .inc();
-                    Err(e)
-                }
-            };
-        }
-        match queues.admit(&route.name, route.cold_start_timeout).await {
-            Ok(admission) => {
-                let active = queues.active_request(&route.name);
-                if let Admission::Waited(waited) = admission {
+        let background = who.class == Class::Background;
+        let request = AdmitRequest {
+            model: &route.name,
+            cold_start: route.cold_start_timeout,
+            capacity: self.capacity(route),
+            who,
+        };
+        match queues.admit(request).await {
+            Ok(admitted) => {
+                let active = (!background)
+                    .then(|| queues.active_request(&route.name))
+                    .flatten();
+                if let Admission::Waited(waited) = admitted.admission {
                     self.metrics
                         .queue_wait
                         .with_label_values(&[&route.name])
                         .observe(waited.as_secs_f64());
                     let fresh = self.registry.resolve(requested);
-                    return Ok((fresh.unwrap_or(resolved), active));
+                    return Ok((fresh.unwrap_or(resolved), active, admitted.permit));
                 }
-                Ok((resolved, active))
+                Ok((resolved, active, admitted.permit))
             }
             Err(e) => {
+                let reason = if background && e.code == "service_unavailable" {
+                    "background_not_ready"
+                } else {
+                    e.code
+                };
                 self.metrics
                     .queue_rejected
-                    .with_label_values(&[&route.name, e.code])
+                    .with_label_values(&[&route.name, reason])
                     .inc();
                 Err(e)
             }
         }
+    }
+
+    /// Requests a model serves at once: its endpoints times the requests
+    /// each may take (the model's `maxConcurrency`, else the gateway's
+    /// `--max-concurrency-per-endpoint`); unbounded when neither is set.
+    fn capacity(&self, route: &ModelRoute) -> Option<usize> {
+        if self.settings.cluster_failover {
+            // Member gateways bound their own models' concurrency.
+            return None;
+        }
+        let per_endpoint = route
+            .max_concurrency
+            .or(self.settings.max_concurrency_per_endpoint)?;
+        Some(per_endpoint as usize * route.endpoints.len().max(1))
     }
 
     /// The model's routing strategy, unless routing is switched off. The
@@ -374,6 +546,21 @@ fn rewritten_body(
     rewrite::splice_parts(body, slot, &resolved.upstream_model).map(PlannedBody::from_parts)
 }
 
+/// The member a stream's body gets so that the engine reports its usage.
+const INCLUDE_USAGE: &[u8] = br#""stream_options":{"include_usage":true},"#;
+
+/// A streamed completion charged against a token budget whose client did
+/// not ask for usage (no `stream_options`; its `{` at `open_brace`) asks
+/// the engine for it; the answer's usage chunk is then taken out before it
+/// reaches the client.
+fn ask_for_usage(body: PlannedBody, open_brace: usize, m: &mut Metering) -> PlannedBody {
+    if !m.charge.as_ref().is_some_and(|c| c.charges_tokens()) {
+        return body;
+    }
+    m.strip_usage();
+    body.with_first_member(open_brace, INCLUDE_USAGE)
+}
+
 /// A request body as it goes upstream: the client's, or slices of it around
 /// a rewritten `model`.
 #[derive(Clone, Debug, Default)]
@@ -404,6 +591,22 @@ impl PlannedBody {
             [one] => one.clone(),
             parts => Bytes::from(parts.concat()),
         }
+    }
+
+    /// The body with `member,` inserted as the first member of its
+    /// top-level object, whose `{` is at `open_brace` (in the first piece).
+    fn with_first_member(mut self, open_brace: usize, member: &'static [u8]) -> Self {
+        let Some(first) = self.parts.first().cloned() else {
+            return self;
+        };
+        if open_brace >= first.len() {
+            return self;
+        }
+        let head = first.slice(..=open_brace);
+        let tail = first.slice(open_brace + 1..);
+        self.parts
+            .splice(0..1, [head, Bytes::from_static(member), tail]);
+        Self::from_parts(self.parts)
     }
 
     /// The pieces, for writers that take several.

@@ -31,6 +31,12 @@ impl Gateway {
             .requests
             .with_label_values(&[model, &status_label, route])
             .inc();
+        if let Some(tenant) = &ctx.tenant {
+            self.metrics
+                .tenant_requests
+                .with_label_values(&[model, &tenant.name, &status_label])
+                .inc();
+        }
         self.metrics
             .duration
             .with_label_values(&[model, route])
@@ -52,6 +58,7 @@ impl Gateway {
             method = %session.req_header().method,
             path,
             model,
+            tenant = ctx.tenant.as_ref().map(|t| &*t.name),
             status,
             elapsed_ms = elapsed.as_secs_f64() * 1000.0,
             error = e.map(|e| e.to_string()),

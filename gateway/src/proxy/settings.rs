@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::label_groups::LabelGroupMode;
 use crate::routing::health::OutlierPolicy;
 use crate::routing::{KeyLimits, Upstream};
 
@@ -26,6 +27,8 @@ pub struct ProxySettings {
     pub routing_enabled: bool,
     /// Bounds of routing-key derivation.
     pub key_limits: KeyLimits,
+    /// How a service label claimed by several models picks one of them.
+    pub label_group_mode: LabelGroupMode,
     /// The upstreams are member clusters' gateways (global mode): a 5xx
     /// answer or a failure before any byte reached the client is retried on
     /// the next cluster, for any method; the request path is forwarded as
@@ -38,6 +41,9 @@ pub struct ProxySettings {
     /// Answer with `X-Flexinfer-Route` (endpoint and reason of the routing
     /// decision), for debugging routing.
     pub route_debug_header: bool,
+    /// Requests each endpoint of a model takes at once, unless the model
+    /// sets its own (`maxConcurrency`); unbounded when `None`.
+    pub max_concurrency_per_endpoint: Option<u32>,
 }
 
 impl Default for ProxySettings {
@@ -51,9 +57,11 @@ impl Default for ProxySettings {
             outlier: OutlierPolicy::default(),
             routing_enabled: true,
             key_limits: KeyLimits::DEFAULT,
+            label_group_mode: LabelGroupMode::RoundRobin,
             route_debug_header: false,
             cluster_failover: false,
             upstream_authorization: None,
+            max_concurrency_per_endpoint: None,
         }
     }
 }

@@ -10,7 +10,7 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
 
 use super::context::{EndpointLease, RequestCtx};
-use super::headers::{REQUEST_ID, WORKLOAD_CLASS};
+use super::headers::{API_KEY, REQUEST_ID, WORKLOAD_CLASS};
 use super::Gateway;
 use crate::errors::ApiError;
 use crate::routing::health::Change;
@@ -307,9 +307,10 @@ impl Gateway {
         ctx: &RequestCtx,
     ) -> Result<()> {
         upstream.remove_header(WORKLOAD_CLASS);
-        if self.auth.is_some() || self.admin_keys.is_some() {
+        if self.tenants.is_some() || self.admin_keys.is_some() {
             // The gateway's API keys are not the backend's business.
             upstream.remove_header(&header::AUTHORIZATION);
+            upstream.remove_header(API_KEY);
         }
         if let Some(key) = &self.settings.upstream_authorization {
             upstream.insert_header(header::AUTHORIZATION, key.clone())?;

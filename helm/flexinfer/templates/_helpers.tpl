@@ -159,3 +159,43 @@ Namespace of the GlobalProxy the gateway follows in global mode.
 {{- define "flexinfer.globalNamespace" -}}
 {{- .Values.gateway.global.objectNamespace | default .Release.Namespace }}
 {{- end }}
+
+{{/*
+Environment of the container that runs the controllers: the standalone
+operator, or the gateway with gateway.embeddedOperator. Both binaries read
+these variables through the same controller options (--scheduler-name,
+--flash-loader-image, --quantizer-image, --federation), so the controllers
+get the same settings wherever they run. Ends with operator.env (the
+backend catalog's image overrides such as DEFAULT_VLLM_IMAGE), less the
+names in "except" (the container's own extra environment, which it renders
+itself). Call with (dict "root" $ "except" .Values.gateway.env).
+*/}}
+{{- define "flexinfer.controllerEnv" -}}
+{{- $values := .root.Values }}
+{{- if $values.scheduler.enabled }}
+# Model pods are placed by the FlexInfer scheduler.
+- name: FLEXINFER_SCHEDULER_NAME
+  value: {{ $values.scheduler.schedulerName | quote }}
+{{- end }}
+{{- if include "flexinfer.federation" .root }}
+# Federation: Cluster and FederatedModel controllers (the role then grants
+# get on the Cluster objects' kubeconfig Secrets).
+- name: FLEXINFER_FEDERATION
+  value: "true"
+- name: FLEXINFER_CLUSTER_FAILURE_THRESHOLD
+  value: {{ $values.operator.federation.clusterFailureThreshold | int64 | quote }}
+{{- end }}
+- name: DEFAULT_FLASH_LOADER_IMAGE
+  value: {{ include "flexinfer.image" (dict "root" .root "image" $values.flashload.image "name" "flexinfer-flashload") | quote }}
+{{- with $values.quantizer.image.repository }}
+# Image of quantization Jobs (Models with spec.quantize).
+- name: DEFAULT_QUANTIZER_IMAGE
+  value: {{ ternary (printf "%s:%s" . $values.quantizer.image.tag) . (ne $values.quantizer.image.tag "") | quote }}
+{{- end }}
+{{- range $name, $value := $values.operator.env }}
+{{- if not (hasKey $.except $name) }}
+- name: {{ $name }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -153,6 +153,10 @@ gateway/src/kube/rbac.rs (RBAC_RULES). */}}
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["list", "watch"]
+# Service labels (label groups) from the models' Services.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "watch"]
 {{- end }}
 
 {{/* The gateway in global mode: exactly the rules of

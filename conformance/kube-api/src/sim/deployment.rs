@@ -9,10 +9,14 @@
 //! no surge). The Deployment's status follows: `replicas`,
 //! `updatedReplicas`, `readyReplicas`, `availableReplicas`,
 //! `observedGeneration` and an `Available` condition.
+//!
+//! Pods matching the selector of the simulated kubelet (when it is on)
+//! start `Pending` without an address instead; the kubelet runs them and
+//! writes their status.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -21,22 +25,28 @@ use tokio::time::Instant;
 use crate::fields::Scope;
 use crate::meta;
 use crate::registry::ResourceType;
+use crate::selector::LabelSelector;
 use crate::store::{owner_reference, State, Store};
 
 const MANAGER: &str = "deployment-controller";
 /// Annotation on simulated Pods naming the template they were made from.
 pub const TEMPLATE_HASH_ANNOTATION: &str = "testkube.flexinfer.ai/template-hash";
 
+/// Selector of the Pods the simulated kubelet runs, if it is on.
+pub(crate) type KubeletPods = Arc<RwLock<Option<LabelSelector>>>;
+
 /// Runs the controller until `shutdown` flips.
 pub(crate) async fn run(
     store: Arc<Store>,
     ready_after: Duration,
+    kubelet: KubeletPods,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut changes = store.subscribe();
     let mut ready_at: HashMap<String, Instant> = HashMap::new();
     loop {
-        let next = reconcile(&store, ready_after, &mut ready_at);
+        let kubelet = kubelet.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let next = reconcile(&store, ready_after, kubelet.as_ref(), &mut ready_at);
         let far = Instant::now() + Duration::from_secs(86_400);
         tokio::select! {
             r = changes.changed() => if r.is_err() { break },
@@ -72,6 +82,7 @@ fn pod_ready(pod: &Value) -> bool {
 fn reconcile(
     store: &Store,
     ready_after: Duration,
+    kubelet: Option<&LabelSelector>,
     ready_at: &mut HashMap<String, Instant>,
 ) -> Option<Instant> {
     let (deploy_rt, pod_rt) = types(store)?;
@@ -91,6 +102,7 @@ fn reconcile(
                 &pods,
                 now,
                 ready_after,
+                kubelet,
                 ready_at,
             );
         }
@@ -110,6 +122,7 @@ fn reconcile_one(
     pods: &[((String, String), Value)],
     now: Instant,
     ready_after: Duration,
+    kubelet: Option<&LabelSelector>,
     ready_at: &mut HashMap<String, Instant>,
 ) {
     let ns = meta::meta_str(d, "namespace")
@@ -124,6 +137,13 @@ fn reconcile_one(
         .max(0) as usize;
     let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
     let hash = template_hash(&template);
+    let by_kubelet = kubelet.is_some_and(|sel| {
+        sel.matches(
+            template
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object),
+        )
+    });
 
     let owned: Vec<&Value> = pods
         .iter()
@@ -170,6 +190,25 @@ fn reconcile_one(
             .cloned()
             .unwrap_or_default();
         annotations.insert(TEMPLATE_HASH_ANNOTATION.into(), json!(hash));
+        let status = if by_kubelet {
+            json!({
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+            })
+        } else {
+            json!({
+                "phase": "Running",
+                "podIP": "127.0.0.1",
+                "podIPs": [{"ip": "127.0.0.1"}],
+                "hostIP": "127.0.0.1",
+                "startTime": meta::now(),
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "False"},
+                    {"type": "ContainersReady", "status": "False"},
+                ],
+            })
+        };
         let pod = json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -181,22 +220,11 @@ fn reconcile_one(
                 "ownerReferences": [owner_reference(deploy_rt, d)],
             },
             "spec": template.get("spec").cloned().unwrap_or(json!({})),
-            "status": {
-                "phase": "Running",
-                "podIP": "127.0.0.1",
-                "podIPs": [{"ip": "127.0.0.1"}],
-                "hostIP": "127.0.0.1",
-                "startTime": meta::now(),
-                "conditions": [
-                    {"type": "PodScheduled", "status": "True"},
-                    {"type": "Ready", "status": "False"},
-                    {"type": "ContainersReady", "status": "False"},
-                ],
-            },
+            "status": status,
         });
         match store.create_internal(st, pod_rt, pod, MANAGER) {
             Ok(created) => {
-                if let Some(uid) = meta::meta_str(&created, "uid") {
+                if let Some(uid) = meta::meta_str(&created, "uid").filter(|_| !by_kubelet) {
                     ready_at.insert(uid.to_string(), now + ready_after);
                 }
                 current.push(created);
@@ -215,6 +243,9 @@ fn reconcile_one(
         };
         if pod_ready(p) {
             ready += 1;
+            continue;
+        }
+        if by_kubelet {
             continue;
         }
         let at = *ready_at.entry(puid).or_insert(now + ready_after);

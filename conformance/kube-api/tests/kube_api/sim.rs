@@ -132,3 +132,116 @@ async fn deployments_run_pods_and_services_get_endpoint_slices() {
     })
     .await;
 }
+
+/// Whether process `pid` is gone (or a zombie awaiting its parent).
+fn process_gone(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().next());
+    matches!(state, None | Some("Z") | Some("X"))
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test]
+async fn the_kubelet_runs_pods_as_processes_ready_when_their_probe_answers() {
+    let server = TestApiServer::start().await;
+    server.enable_deployment_controller(Duration::ZERO);
+    server.enable_endpoint_slices();
+    server.enable_kubelet("app=sleeper", |_pod, _ip| {
+        Some(flexinfer_testkube::sim::PodProcess {
+            program: "sleep".into(),
+            args: vec!["60".into()],
+            ..Default::default()
+        })
+    });
+    let client = server.client();
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "sleeper"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "sleeper"}},
+            "template": {"metadata": {"labels": {"app": "sleeper"}}, "spec": {"containers": [{
+                "name": "app", "image": "sleeper",
+                "ports": [{"name": "probe", "containerPort": 7000}],
+                "readinessProbe": {"tcpSocket": {"port": "probe"}},
+            }]}}
+        }
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let (name, ip) = eventually("a running pod with its own address", || async {
+        let pod = pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .pop()?;
+        let ip = pod.status.as_ref()?.pod_ip.clone()?;
+        Some((pod.metadata.name.unwrap(), ip))
+    })
+    .await;
+    assert!(ip.starts_with("127.0.") && ip != "127.0.0.1", "{ip}");
+    let running = server.kubelet_pods();
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].ip.to_string(), ip);
+    let pid = eventually("a process", || async { server.kubelet_pods()[0].pid }).await;
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !pod_ready(&pods.get(&name).await.unwrap()),
+        "not ready while nothing answers the probe"
+    );
+    let _listener = tokio::net::TcpListener::bind((ip.as_str(), 7000))
+        .await
+        .unwrap();
+    eventually("ready once the probe answers", || async {
+        pod_ready(&pods.get(&name).await.unwrap()).then_some(())
+    })
+    .await;
+    let slices: Api<EndpointSlice> = Api::default_namespaced(client.clone());
+    let services: Api<Service> = Api::default_namespaced(client.clone());
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "sleeper"},
+        "spec": {"selector": {"app": "sleeper"}, "ports": [{"port": 80, "targetPort": "probe"}]}
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    eventually("the pod's address in the slice", || async {
+        let s = slices
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .pop()?;
+        (s.endpoints[0].addresses == vec![ip.clone()]).then_some(())
+    })
+    .await;
+
+    pods.delete(&name, &DeleteParams::default()).await.unwrap();
+    eventually("the process killed", || async {
+        process_gone(pid).then_some(())
+    })
+    .await;
+    let replacement = eventually("a replacement pod", || async {
+        let p = server.kubelet_pods().pop()?;
+        (p.name != name).then_some(p)
+    })
+    .await;
+    assert_ne!(
+        replacement.ip.to_string(),
+        ip,
+        "a new pod gets a new address"
+    );
+}

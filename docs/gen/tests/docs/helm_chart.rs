@@ -105,34 +105,44 @@ fn command_of(binary: &str) -> Option<clap::Command> {
     }
 }
 
-/// Variables of the operator's `operator.env` values map, which the chart
-/// passes through as they are: those its template does not set itself
-/// (`EXTRA` in `values-all.yaml`; in practice the backend catalog's image
-/// overrides such as `DEFAULT_VLLM_IMAGE`, which the operator reads outside
-/// its command line).
-fn operator_values_env(container: &Value) -> Vec<String> {
-    let template = std::fs::read_to_string(
-        repo_root().join("helm/flexinfer/templates/operator-deployment.yaml"),
-    )
-    .unwrap();
-    let chart_env: Vec<&str> = template
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("- name: "))
-        .filter(|name| name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
-        .collect();
-    container["env"]
-        .as_object()
-        .expect("env")
-        .keys()
-        .filter(|name| !chart_env.contains(&name.as_str()))
-        .cloned()
-        .collect()
+/// Whether a rendered container runs the operator's controllers: the
+/// operator, or the gateway with `--embedded-operator`.
+fn runs_controllers(binary: &str, container: &Value) -> bool {
+    binary == "flexinfer-operator"
+        || (binary == "flexinfer-gateway"
+            && container["args"]
+                .as_array()
+                .is_some_and(|args| args.iter().any(|a| a == "--embedded-operator")))
+}
+
+/// Names of the environment variables the chart's templates set
+/// themselves; any other variable of a container comes from a values map
+/// (`gateway.env`, `operator.env`, ...).
+fn template_env() -> Vec<String> {
+    [
+        "operator-deployment.yaml",
+        "gateway-deployment.yaml",
+        "_helpers.tpl",
+    ]
+    .iter()
+    .flat_map(|file| {
+        std::fs::read_to_string(repo_root().join("helm/flexinfer/templates").join(file))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- name: ").map(str::to_owned))
+            .filter(|name| name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+            .collect::<Vec<_>>()
+    })
+    .collect()
 }
 
 /// The argument vector equivalent to a container's args and environment:
 /// each variable becomes the flag that reads it. Variables read outside the
-/// command line ([`EXTERNAL_ENV`], and the operator's values-supplied ones,
-/// see [`operator_values_env`]) are left out.
+/// command line are left out: [`EXTERNAL_ENV`], and, in a container running
+/// the controllers, `operator.env` variables no flag reads (`EXTRA` in
+/// `values-all.yaml`; in practice the backend catalog's image overrides
+/// such as `DEFAULT_VLLM_IMAGE`, which the controllers read from the
+/// environment).
 fn argv(command: &clap::Command, binary: &str, container: &Value) -> Vec<String> {
     let mut argv = vec![binary.to_owned()];
     argv.extend(
@@ -143,19 +153,19 @@ fn argv(command: &clap::Command, binary: &str, container: &Value) -> Vec<String>
             .map(|a| a.as_str().unwrap_or_default().to_owned()),
     );
     let env: BTreeMap<String, Value> = serde_json::from_value(container["env"].clone()).unwrap();
-    let passed_through = if binary == "flexinfer-operator" {
-        operator_values_env(container)
-    } else {
-        Vec::new()
-    };
+    let controllers = runs_controllers(binary, container);
+    let chart_env = template_env();
     for (name, value) in env {
-        if EXTERNAL_ENV.contains(&name.as_str()) || passed_through.contains(&name) {
+        if EXTERNAL_ENV.contains(&name.as_str()) {
             continue;
         }
         let arg = command
             .get_arguments()
             .find(|arg| arg.get_env().is_some_and(|e| e == name.as_str()));
         let Some(arg) = arg else {
+            if controllers && !chart_env.contains(&name) {
+                continue;
+            }
             panic!(
                 "{}: the chart sets {name} for {binary}, which no flag of {binary} reads",
                 container["workload"]
@@ -227,13 +237,19 @@ fn chart_flags_and_env_are_understood_by_the_binaries() {
     assert!(checked >= 11, "only {checked} containers checked");
 }
 
-/// The operator's settings from the chart (its template's flags and
-/// environment, parsed by `flexinfer_operator::cli::Cli`) are the ones the
-/// values ask for: federation with its failure threshold, leader election
-/// with the chart's Lease when there is more than one replica, and the
-/// chart's flash-loader image.
+/// The controllers' settings from the chart are the ones the values ask
+/// for, wherever the controllers run: the rendered flags and environment of
+/// the operator, or of the gateway with `--embedded-operator`, are parsed by
+/// that binary's command line and turned into `ControllerSettings` by its own
+/// mapping, with the backend catalog's image overrides taken from the
+/// container's environment. Compared with what `check_chart.py` expects of
+/// each values set: the FlexInfer scheduler for model pods when
+/// `scheduler.enabled`, the flash-loader image, the quantizer image when
+/// set, the image overrides of `operator.env`, leader election with the
+/// chart's Lease when there is more than one replica, and federation with
+/// its failure threshold.
 #[test]
-fn chart_operator_settings_are_read_by_the_operator() {
+fn chart_controller_settings_are_read_by_the_binary_that_runs_them() {
     use clap::Parser;
     let summary = std::env::temp_dir().join(format!("flexinfer-op-{}.json", std::process::id()));
     let Some(_) = run_check(&["--summary", summary.to_str().unwrap()]) else {
@@ -242,22 +258,86 @@ fn chart_operator_settings_are_read_by_the_operator() {
     let text = std::fs::read_to_string(&summary).expect("summary written");
     let _ = std::fs::remove_file(&summary);
     let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
-    let command = flexinfer_operator::cli::Cli::command();
-    let mut checked = 0;
+    let expected: Vec<&Value> = summary["controllers"]
+        .as_array()
+        .expect("controllers")
+        .iter()
+        .collect();
+    let mut checked = Vec::new();
     for container in summary["containers"].as_array().expect("containers") {
-        if container["binary"] != "flexinfer-operator" {
+        let binary = container["binary"].as_str().unwrap();
+        if !runs_controllers(binary, container) {
             continue;
         }
-        let argv = argv(&command, "flexinfer-operator", container);
-        let cli = flexinfer_operator::cli::Cli::try_parse_from(&argv).unwrap_or_else(|e| {
-            panic!(
-                "{} {}: flexinfer-operator rejects the chart's settings {argv:?}: {e}",
-                container["values"], container["workload"]
-            )
-        });
-        let settings = cli.controller_settings("operator-0", BTreeMap::new());
-        let env = &container["env"];
         let context = format!("{} {}", container["values"], container["workload"]);
+        let env = &container["env"];
+        let image_overrides = flexinfer_operator::settings::image_overrides_from(|name| {
+            env[name].as_str().map(str::to_owned)
+        });
+        let command = command_of(binary).unwrap();
+        let argv = argv(&command, binary, container);
+        let refused = |e: clap::Error| format!("{context}: {binary} rejects {argv:?}: {e}");
+        let (settings, lease_flag) = if binary == "flexinfer-operator" {
+            let cli = flexinfer_operator::cli::Cli::try_parse_from(&argv)
+                .unwrap_or_else(|e| panic!("{}", refused(e)));
+            let settings = cli.controller_settings("replica-0", image_overrides);
+            (settings, "--leader-election-id")
+        } else {
+            let cli = flexinfer_gateway::cli::Cli::try_parse_from(&argv)
+                .unwrap_or_else(|e| panic!("{}", refused(e)));
+            if let Err(problems) = cli.validate() {
+                panic!("{context}: the gateway refuses the chart's settings: {problems}");
+            }
+            let settings = cli.controller_settings("replica-0", image_overrides);
+            (settings, "--leader-election-lease")
+        };
+        let want = expected
+            .iter()
+            .find(|c| c["values"] == container["values"])
+            .unwrap_or_else(|| panic!("{context}: no expectation for these values"));
+        assert_eq!(
+            want["workload"], container["workload"],
+            "{context}: another workload should run the controllers"
+        );
+        let build = &settings.build;
+        assert_eq!(
+            build.scheduler_name.as_deref(),
+            want["scheduler_name"].as_str(),
+            "{context}: schedulerName of model pods"
+        );
+        assert_eq!(
+            Some(build.flash_loader_image.as_str()),
+            want["flashload_image"].as_str(),
+            "{context}: flash-loader image"
+        );
+        assert_eq!(
+            build.quantizer_image,
+            want["quantizer_image"]
+                .as_str()
+                .unwrap_or(flexinfer_operator::build::DEFAULT_QUANTIZER_IMAGE),
+            "{context}: quantizer image"
+        );
+        let overrides: BTreeMap<String, String> =
+            serde_json::from_value(want["image_overrides"].clone()).unwrap();
+        assert_eq!(
+            build.image_overrides, overrides,
+            "{context}: image overrides"
+        );
+        let lease = settings
+            .leader_election
+            .as_ref()
+            .map(|le| le.lease_name.as_str());
+        assert_eq!(
+            lease,
+            (want["leader_elect"] == true).then(|| want["lease"].as_str().unwrap()),
+            "{context}: leader election"
+        );
+        if let Some(lease) = lease {
+            assert!(
+                argv.contains(&format!("{lease_flag}={lease}")),
+                "{context}: Lease {lease} is not the chart's ({argv:?})"
+            );
+        }
         let threshold = env["FLEXINFER_CLUSTER_FAILURE_THRESHOLD"]
             .as_str()
             .map(|v| v.parse::<u32>().expect("an integer threshold"));
@@ -266,26 +346,19 @@ fn chart_operator_settings_are_read_by_the_operator() {
             threshold,
             "{context}: federation and its failure threshold"
         );
-        let leader_elect = env["LEADER_ELECT"] == "true";
-        let lease = settings
-            .leader_election
-            .as_ref()
-            .map(|le| le.lease_name.as_str());
-        assert_eq!(lease.is_some(), leader_elect, "{context}: leader election");
-        if let Some(lease) = lease {
-            assert!(
-                argv.contains(&format!("--leader-election-id={lease}")),
-                "{context}: Lease {lease} is not the chart's ({argv:?})"
-            );
-        }
-        assert_eq!(
-            Some(settings.build.flash_loader_image.as_str()),
-            env["DEFAULT_FLASH_LOADER_IMAGE"].as_str(),
-            "{context}: flash-loader image"
-        );
-        checked += 1;
+        checked.push(container["values"].as_str().unwrap().to_owned());
     }
-    assert_eq!(checked, 2, "values-all and values-global run the operator");
+    let mut wanted: Vec<String> = expected
+        .iter()
+        .map(|c| c["values"].as_str().unwrap().to_owned())
+        .collect();
+    checked.sort();
+    wanted.sort();
+    assert_eq!(
+        checked, wanted,
+        "one container runs the controllers per values set (defaults and values-ha: the \
+         gateway; values-all and values-global: the operator)"
+    );
 }
 
 /// `(group, resource, verb)` triples granted by a list of RBAC rules

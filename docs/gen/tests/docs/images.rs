@@ -138,16 +138,18 @@ fn bake_builds_every_target_and_the_chart_uses_them() {
             "docker-bake.hcl does not tag {target}"
         );
     }
-    // The chart's default images: "<registry>/<name>" for each component.
+    // The chart's default images: "<registry>/<name>" for each component,
+    // and the flash loader's in the controllers' environment (_helpers.tpl).
     let templates = [
         "gateway-deployment.yaml",
         "operator-deployment.yaml",
         "scheduler-extender.yaml",
         "agent-daemonset.yaml",
+        "_helpers.tpl",
     ];
     let mut referenced = 0;
     for template in templates {
-        let text = read(&format!("helm/flexinfer/templates/{template}"));
+        let text = without_comments(&read(&format!("helm/flexinfer/templates/{template}")));
         for name in text.split("\"name\" \"").skip(1) {
             let name = name.split('"').next().unwrap();
             if name.starts_with("flexinfer-") && text.contains("flexinfer.image") {
@@ -159,7 +161,7 @@ fn bake_builds_every_target_and_the_chart_uses_them() {
             }
         }
     }
-    // One image per component, plus the flash loader the operator injects.
+    // One image per component, plus the flash loader the controllers inject.
     assert_eq!(
         referenced, 5,
         "images referenced by the component templates"
@@ -252,4 +254,19 @@ fn build_stage_rust_is_new_enough_for_every_locked_package() {
         rust >= newest,
         "docker/Dockerfile builds with Rust {rust:?} but {package} needs {newest:?}"
     );
+}
+
+/// A template without its `{{/* ... */}}` comments (whose usage examples
+/// name images too).
+fn without_comments(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{{/*") {
+        out.push_str(&rest[..start]);
+        rest = rest[start..]
+            .find("*/}}")
+            .map_or("", |end| &rest[start + end + 4..]);
+    }
+    out.push_str(rest);
+    out
 }

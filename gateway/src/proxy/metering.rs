@@ -1,0 +1,119 @@
+//! One request's account with its tenant: the budget charge taken at
+//! admission, corrected with the usage its answer reports, and the token
+//! counters. It travels with the plan, so a subrequest settles it too.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header;
+use pingora_http::ResponseHeader;
+
+use crate::extract::JsonView;
+use crate::metrics::Metrics;
+use crate::tenants::{Estimate, Tenant, TokenCharge, UsageMeter, UsageStripper};
+
+/// A request's tenant accounting.
+pub(super) struct Metering {
+    tenant: Arc<Tenant>,
+    pub(super) charge: Option<TokenCharge>,
+    meter: Option<UsageMeter>,
+    /// Set when the gateway asked the engine for a stream's usage.
+    stripper: Option<UsageStripper>,
+    succeeded: bool,
+}
+
+/// What admission expects a request to use: the prompt (`messages`,
+/// `prompt` or `input` as sent, one token per 4 bytes, rounded up) and its
+/// output-token limit.
+pub(super) fn estimate(json: Option<&JsonView<'_>>) -> Estimate {
+    let Some(v) = json else {
+        return Estimate::default();
+    };
+    let bytes: usize = [v.messages, v.prompt, v.input]
+        .iter()
+        .flatten()
+        .map(|raw| raw.get().len())
+        .sum();
+    Estimate {
+        prompt: Estimate::prompt_tokens(bytes),
+        output: v.max_output_tokens.unwrap_or(0),
+    }
+}
+
+impl Metering {
+    pub(super) fn new(tenant: Arc<Tenant>, charge: Option<TokenCharge>) -> Self {
+        Self {
+            tenant,
+            charge,
+            meter: None,
+            stripper: None,
+            succeeded: false,
+        }
+    }
+
+    /// The engine's response head: a successful JSON or event-stream answer
+    /// is watched for its usage.
+    pub(super) fn begin(&mut self, resp: &mut ResponseHeader) {
+        self.succeeded = resp.status.is_success();
+        let content_type = resp
+            .headers
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.as_bytes().to_ascii_lowercase())
+            .unwrap_or_default();
+        let events = content_type.starts_with(b"text/event-stream");
+        let json = memchr::memmem::find(&content_type, b"json").is_some();
+        if !events {
+            // Not the stream it asked usage for (e.g. an error): nothing to take out.
+            self.stripper = None;
+        } else if self.stripper.is_some() && resp.headers.contains_key(header::CONTENT_LENGTH) {
+            // The stream gets shorter: frame it by chunks instead.
+            resp.remove_header(&header::CONTENT_LENGTH);
+            let _ = resp.insert_header(header::TRANSFER_ENCODING, "chunked");
+        }
+        let watch = self.succeeded && (events || json) && self.stripper.is_none();
+        self.meter = watch.then(|| UsageMeter::new(events));
+    }
+
+    /// The gateway asked the engine for the usage of this stream: take it
+    /// out of the answer.
+    pub(super) fn strip_usage(&mut self) {
+        self.stripper = Some(UsageStripper::default());
+    }
+
+    /// A chunk of the answer's body, possibly with what the gateway's own
+    /// usage request added taken out.
+    pub(super) fn feed(&mut self, body: &mut Option<Bytes>, end: bool) {
+        if let Some(stripper) = &mut self.stripper {
+            let chunk = body.as_deref().unwrap_or_default();
+            if let Some(filtered) = stripper.filter(chunk, end) {
+                *body = Some(Bytes::from(filtered));
+            }
+        } else if let (Some(meter), Some(chunk)) = (&mut self.meter, body.as_ref()) {
+            meter.feed(chunk);
+        }
+    }
+
+    /// The answer ended: settle the charge, count the tokens.
+    pub(super) fn finish(&mut self, metrics: &Metrics, model: &str) {
+        let usage = match &self.stripper {
+            Some(stripper) => stripper.usage(),
+            None => self.meter.as_mut().and_then(UsageMeter::finish),
+        };
+        if let Some(charge) = &mut self.charge {
+            charge.settle(self.succeeded, usage.as_ref());
+        }
+        let Some(usage) = usage else { return };
+        let tenant = &*self.tenant.name;
+        let count = |kind: &str, n: u64| {
+            if n > 0 {
+                metrics
+                    .tokens
+                    .with_label_values(&[model, tenant, kind])
+                    .inc_by(n);
+            }
+        };
+        count("prompt", usage.prompt_tokens);
+        count("completion", usage.completion_tokens);
+        count("cached", usage.cached_tokens.unwrap_or(0));
+    }
+}

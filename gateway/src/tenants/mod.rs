@@ -1,0 +1,508 @@
+//! Tenants: who is calling, which models they may use, and the requests/s
+//! and tokens/min budgets they spend (`--api-key-file`, see
+//! `docs/tenants.md`).
+//!
+//! A key identifies one tenant. Admission takes one request and an
+//! estimate of the request's tokens from the tenant's buckets (tenant-wide
+//! and per model); when the answer ends the token buckets are corrected
+//! with the `usage` the engine reported ([`TokenCharge`]).
+
+mod bucket;
+pub mod keyfile;
+mod usage;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+pub use bucket::{Bucket, Refusal};
+pub use keyfile::{KeyFile, LimitSpec, Priority, TokenKind};
+pub use usage::{Usage, UsageMeter, UsageStripper};
+
+use crate::errors::ApiError;
+use keyfile::KeyDigest;
+
+/// Name of the tenant of keys given by `--auth-token` / `--auth-token-file`.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// A tenant: its name, models, priority and buckets.
+#[derive(Debug)]
+pub struct Tenant {
+    /// Name in metrics, logs and reports.
+    pub name: Arc<str>,
+    /// Priority class of its requests.
+    pub priority: Priority,
+    models: Option<Vec<String>>,
+    limits: Option<Arc<Limits>>,
+    model_limits: HashMap<String, Arc<Limits>>,
+}
+
+/// The buckets of one limit.
+#[derive(Debug)]
+pub struct Limits {
+    spec: LimitSpec,
+    requests: Option<Bucket>,
+    tokens: Option<Bucket>,
+}
+
+impl Limits {
+    fn new(spec: LimitSpec) -> Self {
+        let requests = spec.requests_per_second.map(|rps| {
+            let burst = spec.burst.map_or(rps.ceil().max(1.0), f64::from);
+            Bucket::new(rps, burst)
+        });
+        let tokens = spec.tokens_per_minute.map(|tpm| {
+            let burst = spec.token_burst.unwrap_or(tpm) as f64;
+            Bucket::new(tpm as f64 / 60.0, burst)
+        });
+        Self {
+            spec,
+            requests,
+            tokens,
+        }
+    }
+
+    /// The tokens a request is charged under this limit.
+    fn cost(&self, estimate: Estimate) -> f64 {
+        match self.spec.count_tokens {
+            TokenKind::Input => estimate.prompt as f64,
+            TokenKind::Output => estimate.output as f64,
+            TokenKind::Total => (estimate.prompt + estimate.output) as f64,
+        }
+    }
+
+    /// The tokens an answer actually used under this limit.
+    fn used(&self, usage: &Usage) -> f64 {
+        match self.spec.count_tokens {
+            TokenKind::Input => usage.prompt_tokens as f64,
+            TokenKind::Output => usage.completion_tokens as f64,
+            TokenKind::Total => (usage.prompt_tokens + usage.completion_tokens) as f64,
+        }
+    }
+}
+
+/// What admission expects a request to use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Estimate {
+    /// Prompt tokens: the prompt's bytes ÷ 4, rounded up.
+    pub prompt: u64,
+    /// Output tokens: `max_tokens` / `max_completion_tokens` /
+    /// `max_output_tokens`, 0 when absent (corrected at the end).
+    pub output: u64,
+}
+
+impl Estimate {
+    /// Prompt tokens estimated from the prompt's size in bytes.
+    pub fn prompt_tokens(bytes: usize) -> u64 {
+        bytes.div_ceil(4) as u64
+    }
+}
+
+/// `x-ratelimit-*` headers in OpenAI's style.
+pub type RateHeaders = Vec<(&'static str, String)>;
+
+/// Formats a reset time as OpenAI does (`1s`, `6m0s`, `250ms`).
+fn reset(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let secs = d.as_secs_f64().ceil() as u64;
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s => format!("{}m{}s", s / 60, s % 60),
+    }
+}
+
+fn push_headers(out: &mut RateHeaders, kind: &str, bucket: &Bucket) {
+    let (left, full_in) = bucket.remaining();
+    let (limit, remaining, reset_name) = match kind {
+        "requests" => (
+            "x-ratelimit-limit-requests",
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+        ),
+        _ => (
+            "x-ratelimit-limit-tokens",
+            "x-ratelimit-remaining-tokens",
+            "x-ratelimit-reset-tokens",
+        ),
+    };
+    out.push((limit, format!("{}", bucket.capacity() as u64)));
+    out.push((remaining, format!("{}", left as u64)));
+    out.push((reset_name, reset(full_in)));
+}
+
+/// The 429 for a refused charge.
+fn refused(kind: &str, tenant: &str, refusal: Refusal, bucket: &Bucket, cost: f64) -> ApiError {
+    let mut headers = RateHeaders::new();
+    push_headers(&mut headers, kind, bucket);
+    let mut err = match refusal {
+        Refusal::Wait(wait) => {
+            let mut e = ApiError::rate_limited(wait.as_secs_f64().ceil() as u64);
+            e.message = format!(
+                "Rate limit reached for tenant {tenant} on {kind}: please retry after {}",
+                reset(wait)
+            );
+            e
+        }
+        Refusal::TooLarge => {
+            let mut e = ApiError::rate_limited(bucket.remaining().1.as_secs_f64().ceil() as u64);
+            e.message = format!(
+                "Request too large for tenant {tenant}: it needs {} {kind}, the limit is {}",
+                cost as u64,
+                bucket.capacity() as u64
+            );
+            e
+        }
+    };
+    err.headers = headers;
+    err
+}
+
+impl Tenant {
+    fn from_spec(spec: &keyfile::TenantSpec, previous: Option<&Tenant>) -> Self {
+        // Buckets of unchanged limits carry over a reload.
+        let keep = |old: Option<&Arc<Limits>>, spec: LimitSpec| match old {
+            Some(old) if old.spec == spec => old.clone(),
+            _ => Arc::new(Limits::new(spec)),
+        };
+        Self {
+            name: Arc::from(spec.name.as_str()),
+            priority: spec.priority,
+            models: spec.models.clone(),
+            limits: spec
+                .limits
+                .map(|l| keep(previous.and_then(|p| p.limits.as_ref()), l)),
+            model_limits: spec
+                .model_limits
+                .iter()
+                .map(|(model, l)| {
+                    let old = previous.and_then(|p| p.model_limits.get(model));
+                    (model.clone(), keep(old, *l))
+                })
+                .collect(),
+        }
+    }
+
+    fn anonymous() -> Self {
+        Self {
+            name: Arc::from(ANONYMOUS),
+            priority: Priority::Normal,
+            models: None,
+            limits: None,
+            model_limits: HashMap::new(),
+        }
+    }
+
+    /// Whether the tenant may use `model` (an exact name, or a prefix
+    /// pattern ending in `*`).
+    pub fn allows(&self, model: &str) -> bool {
+        self.models.as_ref().is_none_or(|patterns| {
+            patterns.iter().any(|p| match p.strip_suffix('*') {
+                Some(prefix) => model.starts_with(prefix),
+                None => p == model,
+            })
+        })
+    }
+
+    /// Whether any limit applies to `model`'s requests.
+    pub fn has_limits(&self, model: &str) -> bool {
+        self.limits.is_some() || self.model_limits.contains_key(model)
+    }
+
+    fn limits_for<'a>(&'a self, model: &str) -> impl Iterator<Item = &'a Arc<Limits>> + 'a {
+        self.limits.iter().chain(self.model_limits.get(model))
+    }
+
+    /// Takes one request and the estimated tokens from every limit of
+    /// `model`; on refusal nothing stays taken. The charge corrects the
+    /// token buckets when the answer's usage is known.
+    pub fn admit(&self, model: &str, estimate: Estimate) -> Result<TokenCharge, ApiError> {
+        let limits: Vec<&Arc<Limits>> = self.limits_for(model).collect();
+        let mut taken_requests: Vec<&Bucket> = Vec::new();
+        let undo = |requests: &[&Bucket], tokens: &[(Arc<Limits>, f64)]| {
+            requests.iter().for_each(|b| b.adjust(1.0));
+            for (l, cost) in tokens {
+                if let Some(b) = &l.tokens {
+                    b.adjust(*cost);
+                }
+            }
+        };
+        for l in &limits {
+            if let Some(b) = &l.requests {
+                if let Err(r) = b.take(1.0) {
+                    undo(&taken_requests, &[]);
+                    return Err(refused("requests", &self.name, r, b, 1.0));
+                }
+                taken_requests.push(b);
+            }
+        }
+        let mut charged: Vec<(Arc<Limits>, f64)> = Vec::new();
+        for l in &limits {
+            if let Some(b) = &l.tokens {
+                let cost = l.cost(estimate);
+                if let Err(r) = b.take(cost) {
+                    undo(&taken_requests, &charged);
+                    return Err(refused("tokens", &self.name, r, b, cost));
+                }
+                charged.push(((*l).clone(), cost));
+            }
+        }
+        let mut headers = RateHeaders::new();
+        // The narrowest limit's view: the per-model one when there is one.
+        if let Some(l) = limits.last() {
+            if let Some(b) = &l.requests {
+                push_headers(&mut headers, "requests", b);
+            }
+            if let Some(b) = &l.tokens {
+                push_headers(&mut headers, "tokens", b);
+            }
+        }
+        Ok(TokenCharge {
+            charged,
+            headers,
+            settled: false,
+        })
+    }
+
+    /// The tenant's entry in `/admin/tenants`.
+    fn report(&self) -> Value {
+        let limit = |l: &Limits| {
+            let bucket = |b: &Option<Bucket>| {
+                b.as_ref().map(|b| {
+                    let (left, full_in) = b.remaining();
+                    json!({"capacity": b.capacity() as u64, "remaining": left as u64, "fullInSeconds": full_in.as_secs_f64()})
+                })
+            };
+            json!({
+                "requestsPerSecond": l.spec.requests_per_second,
+                "tokensPerMinute": l.spec.tokens_per_minute,
+                "countTokens": format!("{:?}", l.spec.count_tokens).to_lowercase(),
+                "requests": bucket(&l.requests),
+                "tokens": bucket(&l.tokens),
+            })
+        };
+        json!({
+            "name": &*self.name,
+            "priority": self.priority.as_str(),
+            "models": self.models,
+            "limits": self.limits.as_deref().map(limit),
+            "modelLimits": self.model_limits.iter().map(|(m, l)| (m.clone(), limit(l))).collect::<serde_json::Map<_, _>>(),
+        })
+    }
+}
+
+/// Tokens taken at admission, corrected once the answer's usage is known:
+/// refunded when the engine did not answer with success, set to the real
+/// figure when it reported usage, left at the estimate otherwise.
+#[derive(Debug)]
+pub struct TokenCharge {
+    charged: Vec<(Arc<Limits>, f64)>,
+    /// `x-ratelimit-*` headers after admission.
+    pub headers: RateHeaders,
+    settled: bool,
+}
+
+impl TokenCharge {
+    /// Whether any token bucket was charged.
+    pub fn charges_tokens(&self) -> bool {
+        !self.charged.is_empty()
+    }
+
+    /// Corrects the buckets: `succeeded` when the engine answered 2xx,
+    /// with the usage it reported.
+    pub fn settle(&mut self, succeeded: bool, usage: Option<&Usage>) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        for (limits, cost) in &self.charged {
+            let Some(bucket) = &limits.tokens else {
+                continue;
+            };
+            match (succeeded, usage) {
+                (false, _) => bucket.adjust(*cost),
+                (true, Some(u)) => bucket.adjust(cost - limits.used(u)),
+                (true, None) => {}
+            }
+        }
+    }
+}
+
+impl Drop for TokenCharge {
+    fn drop(&mut self) {
+        // An answer that never reached its end (the client left, the
+        // gateway failed) keeps its estimate.
+        self.settle(true, None);
+    }
+}
+
+/// The tenants of every accepted key, swapped whole on reload.
+pub struct Tenants {
+    path: Option<PathBuf>,
+    /// Keys from `--auth-token` / `--auth-token-file`: one anonymous tenant.
+    anonymous: Vec<KeyDigest>,
+    table: ArcSwap<HashMap<KeyDigest, Arc<Tenant>>>,
+}
+
+impl std::fmt::Debug for Tenants {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tenants({} keys)", self.table.load().len())
+    }
+}
+
+impl Tenants {
+    /// Tenants from the key file at `path` (when given) plus `plain_keys`
+    /// as the anonymous tenant; errors name the file's line.
+    pub fn load<I, S>(path: Option<&Path>, plain_keys: I) -> anyhow::Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let anonymous = plain_keys
+            .into_iter()
+            .filter(|k| !k.as_ref().trim().is_empty())
+            .map(|k| Sha256::digest(k.as_ref().trim().as_bytes()).into())
+            .collect();
+        let tenants = Self {
+            path: path.map(Path::to_path_buf),
+            anonymous,
+            table: ArcSwap::from_pointee(HashMap::new()),
+        };
+        tenants.reload()?;
+        anyhow::ensure!(
+            !tenants.table.load().is_empty(),
+            "auth is enabled but no API key was given"
+        );
+        Ok(tenants)
+    }
+
+    /// Reads the key file again; on error the keys in force stay.
+    /// Returns the number of tenants.
+    pub fn reload(&self) -> anyhow::Result<usize> {
+        let file = match &self.path {
+            Some(path) => Some(KeyFile::load(path)?),
+            None => None,
+        };
+        let previous = self.table.load();
+        let by_name: HashMap<&str, &Arc<Tenant>> =
+            previous.values().map(|t| (&*t.name, t)).collect();
+        let mut table = HashMap::new();
+        let anonymous = Arc::new(Tenant::anonymous());
+        for digest in &self.anonymous {
+            table.insert(*digest, anonymous.clone());
+        }
+        let specs = file.as_ref().map_or(&[][..], |f| &f.tenants[..]);
+        for spec in specs {
+            let old = by_name.get(spec.name.as_str()).map(|t| t.as_ref());
+            let tenant = Arc::new(Tenant::from_spec(spec, old));
+            for key in &spec.keys {
+                let digest = keyfile::digest_of(key).map_err(|e| anyhow::anyhow!(e))?;
+                if table.insert(digest, tenant.clone()).is_some() {
+                    anyhow::bail!(
+                        "a key of tenant {:?} is also given by --auth-token",
+                        spec.name
+                    );
+                }
+            }
+        }
+        let count = specs.len() + usize::from(!self.anonymous.is_empty());
+        drop(by_name);
+        drop(previous);
+        self.table.store(Arc::new(table));
+        Ok(count)
+    }
+
+    /// The key file, when there is one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The tenant of `key` (the bare key, without a scheme).
+    pub fn identify(&self, key: &[u8]) -> Option<Arc<Tenant>> {
+        let digest: KeyDigest = Sha256::digest(key).into();
+        self.table.load().get(&digest).cloned()
+    }
+
+    /// `/admin/tenants`: every tenant, its limits and what is left of them.
+    pub fn report(&self) -> Value {
+        let table = self.table.load();
+        let mut seen = std::collections::BTreeMap::new();
+        for tenant in table.values() {
+            seen.entry(tenant.name.to_string())
+                .or_insert_with(|| tenant.report());
+        }
+        json!({"tenants": seen.into_values().collect::<Vec<_>>()})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenants(yaml: &str) -> (tempfile::NamedTempFile, Tenants) {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), yaml).unwrap();
+        let t = Tenants::load(Some(file.path()), ["plain"]).unwrap();
+        (file, t)
+    }
+
+    const FILE: &str = "tenants:\n  - name: a\n    keys: [ka]\n    models: [llama, \"qwen-*\"]\n    limits: {requestsPerSecond: 1, burst: 2, tokensPerMinute: 60}\n";
+
+    #[test]
+    fn keys_name_their_tenant_and_models() {
+        let (_f, t) = tenants(FILE);
+        let a = t.identify(b"ka").unwrap();
+        assert_eq!(&*a.name, "a");
+        assert!(a.allows("llama") && a.allows("qwen-7b") && !a.allows("llama2"));
+        assert_eq!(&*t.identify(b"plain").unwrap().name, ANONYMOUS);
+        assert!(t.identify(b"kb").is_none());
+    }
+
+    #[test]
+    fn budgets_refuse_then_refund_unused_tokens() {
+        let (_f, t) = tenants(FILE);
+        let a = t.identify(b"ka").unwrap();
+        let est = Estimate {
+            prompt: 40,
+            output: 10,
+        };
+        let mut first = a.admit("llama", est).unwrap();
+        let err = a.admit("llama", est).unwrap_err();
+        assert_eq!((err.status, err.code), (429, "rate_limit_exceeded"));
+        assert!(err
+            .headers
+            .iter()
+            .any(|(k, _)| *k == "x-ratelimit-remaining-tokens"));
+        // The answer used 5 tokens, not 50: 45 come back.
+        first.settle(
+            true,
+            Some(&Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+                cached_tokens: None,
+            }),
+        );
+        assert!(a.admit("llama", est).is_ok());
+        // Two requests of burst 2 were taken: the third is refused.
+        let err = a.admit("llama", Estimate::default()).unwrap_err();
+        assert!(err.message.contains("requests"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_bad_reload_keeps_the_keys_in_force() {
+        let (f, t) = tenants(FILE);
+        std::fs::write(f.path(), "tenants:\n  - name: a\n    keys: [ka\n").unwrap();
+        let err = t.reload().unwrap_err().to_string();
+        assert!(err.contains("line"), "{err}");
+        assert!(t.identify(b"ka").is_some());
+        std::fs::write(f.path(), "tenants:\n  - name: b\n    keys: [kb]\n").unwrap();
+        t.reload().unwrap();
+        assert!(t.identify(b"ka").is_none() && t.identify(b"kb").is_some());
+    }
+}

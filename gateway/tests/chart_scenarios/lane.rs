@@ -1,0 +1,626 @@
+//! The lane: the chart rendered by `helm/tests/check_chart.py --render`,
+//! an in-memory API server with the simulated Deployment controller,
+//! kubelet and EndpointSlice controller, the rendered FlexInfer components
+//! as real processes, and model pods as real `flexinfer-sim` processes.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flexinfer_testkube::sim::PodProcess;
+use flexinfer_testkube::TestApiServer;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{json, Value};
+
+use crate::support::{free_port, SimProcess};
+
+/// Namespace the chart installs into (and, by default, watches).
+pub const NAMESPACE: &str = "flexinfer-system";
+/// Label the operator puts on model pods; the simulated kubelet runs only
+/// those.
+pub const MODEL_LABEL: &str = "flexinfer.ai/model";
+/// Exit status of `check_chart.py` when a Python package is missing.
+const MISSING_PACKAGES: i32 = 3;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn python() -> PathBuf {
+    if let Some(python) = std::env::var_os("FLEXINFER_PYTHON") {
+        return PathBuf::from(python);
+    }
+    let venv = repo_root().join(".venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Renders the chart with `values` as `helm install` would; `None` (the
+/// scenario is skipped, saying why) when Python or its packages are
+/// missing outside CI.
+pub fn render(values: &Value, out: &Path) -> Option<Vec<Value>> {
+    let script = repo_root().join("helm/tests/check_chart.py");
+    let output = Command::new(python())
+        .arg(&script)
+        .arg("--render")
+        .arg(out)
+        .arg("--values")
+        .arg(values.to_string())
+        .output();
+    let output = match output {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(!in_ci(), "cannot run Python for the chart: {e} (CI=true)");
+            eprintln!("skipped: cannot run Python: {e}; run scripts/setup.sh");
+            return None;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.code() == Some(MISSING_PACKAGES) {
+        assert!(!in_ci(), "CI=true but the chart cannot render: {stderr}");
+        eprintln!("skipped: {stderr}");
+        return None;
+    }
+    assert!(output.status.success(), "chart render failed: {stderr}");
+    let text = std::fs::read_to_string(out).expect("rendered objects");
+    Some(serde_json::from_str(&text).expect("rendered objects are JSON"))
+}
+
+/// Per-model `flexinfer-sim` flags (load time, token rate), keyed by Model
+/// name; every model pod gets `--startup-delay 1s` unless set here.
+pub type SimFlags = Arc<Mutex<HashMap<String, Vec<String>>>>;
+
+/// Maps a model pod's engine container (vLLM or llama.cpp args as the
+/// operator renders them) onto a `flexinfer-sim` command on `ip`.
+fn sim_process(pod: &Value, ip: Ipv4Addr, flags: &SimFlags, logs: &Path) -> Option<PodProcess> {
+    let model = pod["metadata"]["labels"][MODEL_LABEL].as_str()?;
+    let pod_name = pod["metadata"]["name"].as_str()?;
+    let container = &pod["spec"]["containers"][0];
+    let engine: Vec<&str> = container["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let flag = |name: &str| {
+        engine
+            .iter()
+            .position(|a| *a == name)
+            .and_then(|i| engine.get(i + 1))
+            .map(|v| v.to_string())
+    };
+    let served = flag("--served-model-name")
+        .or_else(|| flag("--alias"))
+        .unwrap_or_else(|| model.to_string());
+    let port = flag("--port").or_else(|| {
+        container["ports"][0]["containerPort"]
+            .as_u64()
+            .map(|p| p.to_string())
+    })?;
+    let mut args = vec![
+        "--host".to_string(),
+        ip.to_string(),
+        "--port".into(),
+        port,
+        "--model".into(),
+        served,
+        "--pod-name".into(),
+        pod_name.to_string(),
+    ];
+    for passed in ["--max-num-seqs", "--max-model-len"] {
+        if let Some(v) = flag(passed) {
+            args.extend([passed.to_string(), v]);
+        }
+    }
+    let extra = flags
+        .lock()
+        .unwrap()
+        .get(model)
+        .cloned()
+        .unwrap_or_default();
+    if !extra.iter().any(|a| a == "--startup-delay") {
+        args.extend(["--startup-delay".into(), "1s".into()]);
+    }
+    args.extend(extra);
+    Some(PodProcess {
+        program: SimProcess::binary().expect("flexinfer-sim (cargo build --workspace --bins)"),
+        args,
+        env: vec![("RUST_LOG".into(), "warn".into())],
+        clear_env: true,
+        log: Some(logs.join(format!("pod-{pod_name}.log"))),
+    })
+}
+
+/// A FlexInfer component started from its rendered Deployment.
+pub struct Component {
+    /// The rendered Deployment.
+    deployment: Value,
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    log: PathBuf,
+    /// Container port -> loopback port.
+    ports: HashMap<u16, u16>,
+    child: Option<Child>,
+}
+
+fn random_suffix() -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos()
+        ^ std::process::id();
+    let chars = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|i| chars[((n >> (i * 5)) as usize) % chars.len()] as char)
+        .collect()
+}
+
+impl Component {
+    fn container(&self) -> &Value {
+        &self.deployment["spec"]["template"]["spec"]["containers"][0]
+    }
+
+    /// The loopback port standing in for the container port called `name`
+    /// (or numbered so).
+    pub fn port(&self, name: &str) -> u16 {
+        let container_port = self.container()["ports"]
+            .as_array()
+            .and_then(|ps| {
+                ps.iter().find(|p| {
+                    p["name"] == name || name.parse::<u64>().ok() == p["containerPort"].as_u64()
+                })
+            })
+            .and_then(|p| p["containerPort"].as_u64())
+            .unwrap_or_else(|| panic!("no container port {name}"))
+            as u16;
+        self.ports[&container_port]
+    }
+
+    /// `http://127.0.0.1:<port of name><path>`.
+    pub fn url(&self, port: &str, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port(port))
+    }
+
+    /// Rewrites `0.0.0.0:<container port>` to the component's loopback port.
+    fn rewrite(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (from, to) in &self.ports {
+            out = out.replace(&format!("0.0.0.0:{from}"), &format!("127.0.0.1:{to}"));
+        }
+        out
+    }
+
+    /// Args and env of the container as the kubelet would start it: env
+    /// values with ports rewritten, downward-API fields filled in for a
+    /// new pod, and the API server reached through `KUBECONFIG` instead of
+    /// the in-cluster configuration.
+    fn command(&self) -> Command {
+        let container = self.container();
+        let pod_name = format!(
+            "{}-{}",
+            self.deployment["metadata"]["name"]
+                .as_str()
+                .unwrap_or("pod"),
+            random_suffix()
+        );
+        let namespace = self.deployment["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(NAMESPACE);
+        let sa = self.deployment["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default");
+        let mut cmd = Command::new(&self.binary);
+        cmd.env_clear();
+        for arg in container["args"].as_array().into_iter().flatten() {
+            cmd.arg(self.rewrite(arg.as_str().unwrap_or_default()));
+        }
+        for e in container["env"].as_array().into_iter().flatten() {
+            let name = e["name"].as_str().unwrap_or_default();
+            let value = if let Some(v) = e["value"].as_str() {
+                self.rewrite(v)
+            } else if let Some(path) = e.pointer("/valueFrom/fieldRef/fieldPath") {
+                match path.as_str().unwrap_or_default() {
+                    "metadata.namespace" => namespace.to_string(),
+                    "metadata.name" => pod_name.clone(),
+                    "status.podIP" | "status.hostIP" => "127.0.0.1".into(),
+                    "spec.nodeName" => "node-1".into(),
+                    "spec.serviceAccountName" => sa.into(),
+                    other => panic!("downward-API field {other} of {name} not simulated"),
+                }
+            } else {
+                panic!("env {name} needs a Secret or ConfigMap the lane does not provide");
+            };
+            cmd.env(name, value);
+        }
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .stdin(Stdio::null());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("component log");
+        cmd.stdout(log.try_clone().expect("log")).stderr(log);
+        cmd
+    }
+
+    /// Starts the process and waits until its readiness probe answers 200.
+    pub async fn start(&mut self) {
+        let child = self.command().spawn().expect("start component");
+        self.child = Some(child);
+        self.wait_ready().await;
+    }
+
+    async fn wait_ready(&mut self) {
+        let probe = &self.container()["readinessProbe"]["httpGet"];
+        let port = match &probe["port"] {
+            Value::String(name) => self.port(name),
+            Value::Number(n) => self.ports[&(n.as_u64().unwrap_or(0) as u16)],
+            _ => panic!("readiness probe without a port"),
+        };
+        let url = format!(
+            "http://127.0.0.1:{port}{}",
+            probe["path"].as_str().unwrap_or("/")
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = crate::support::client();
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!(
+                    "{} exited during start-up ({status}); log: {}",
+                    self.binary.display(),
+                    self.log.display()
+                );
+            }
+            if client
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{url} never answered 200; log: {}",
+                self.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends SIGTERM (as the kubelet does on pod deletion) and waits up to
+    /// `limit` for the process to exit; whether it did.
+    pub async fn terminate(&mut self, limit: Duration) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                self.child = None;
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Which binary runs a rendered FlexInfer container (`None`: not one of
+/// ours, e.g. kube-scheduler).
+fn binary_of(container: &Value) -> Option<&'static str> {
+    let image = container["image"].as_str().unwrap_or_default();
+    let name = image.rsplit('/').next()?.split(':').next()?;
+    match (container["name"].as_str(), name) {
+        (Some("gateway"), _) | (_, "flexinfer-gateway") => Some("flexinfer-gateway"),
+        (_, "flexinfer-sched") => Some("flexinfer-sched"),
+        (_, "flexinfer-operator") => Some("flexinfer-operator"),
+        _ => None,
+    }
+}
+
+fn binary_path(name: &str) -> PathBuf {
+    if name == "flexinfer-gateway" {
+        return PathBuf::from(env!("CARGO_BIN_EXE_flexinfer-gateway"));
+    }
+    let sim = SimProcess::binary().expect("target/<profile>/flexinfer-sim");
+    let path = sim.with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{} missing: run cargo build --workspace --bins",
+        path.display()
+    );
+    path
+}
+
+/// One installed release: API server, simulated cluster, components.
+pub struct Lane {
+    /// The API server every component talks to.
+    pub server: TestApiServer,
+    /// Rendered objects.
+    pub objects: Vec<Value>,
+    /// Running components by binary name (`flexinfer-gateway`, ...).
+    pub components: HashMap<&'static str, Component>,
+    sim_flags: SimFlags,
+    /// Logs of components and pods.
+    pub logs: PathBuf,
+}
+
+impl Lane {
+    /// Renders the chart with `values`, starts the cluster and every
+    /// FlexInfer Deployment of the release as a process; `None` when the
+    /// chart cannot be rendered here (skipped). `name` names the log
+    /// folder under the target's tmp directory.
+    pub async fn install(name: &str, values: Value) -> Option<Lane> {
+        let logs = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("chart-scenarios")
+            .join(name);
+        let _ = std::fs::remove_dir_all(&logs);
+        std::fs::create_dir_all(&logs).expect("log folder");
+        let objects = render(&values, &logs.join("rendered.json"))?;
+
+        let server = TestApiServer::builder()
+            .bookmark_interval(Duration::from_millis(200))
+            .start()
+            .await
+            .expect("API server");
+        server
+            .insert(&json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": NAMESPACE}, "status": {"phase": "Active"}}))
+            .expect("namespace");
+        // One GPU node, labelled as the node agent labels it.
+        server
+            .insert(&json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "node-1", "labels": {
+                    "kubernetes.io/hostname": "node-1",
+                    "flexinfer.ai/gpu.vendor": "nvidia",
+                    "flexinfer.ai/gpu.arch": "sm_89",
+                    "flexinfer.ai/gpu.vram": "24Gi",
+                    "flexinfer.ai/gpu.count": "1"}},
+                "status": {
+                    "capacity": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "1"},
+                    "allocatable": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "1"},
+                    "conditions": [{"type": "Ready", "status": "True"}]}}))
+            .expect("node");
+        server.enable_deployment_controller(Duration::ZERO);
+        server.enable_endpoint_slices();
+        let sim_flags = SimFlags::default();
+        let (flags, pod_logs) = (sim_flags.clone(), logs.clone());
+        server.enable_kubelet(MODEL_LABEL, move |pod, ip| {
+            sim_process(pod, ip, &flags, &pod_logs)
+        });
+
+        let mut lane = Lane {
+            server,
+            objects,
+            components: HashMap::new(),
+            sim_flags,
+            logs,
+        };
+        lane.apply_release().await;
+        for d in lane.objects.clone() {
+            if d["kind"] != "Deployment" {
+                continue;
+            }
+            let container = &d["spec"]["template"]["spec"]["containers"][0];
+            let Some(binary) = binary_of(container) else {
+                continue;
+            };
+            let ports = container["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["containerPort"].as_u64())
+                .map(|p| (p as u16, free_port()))
+                .collect();
+            let mut component = Component {
+                deployment: d.clone(),
+                binary: binary_path(binary),
+                kubeconfig: lane.server.kubeconfig_path().to_path_buf(),
+                log: lane.logs.join(format!("{binary}.log")),
+                ports,
+                child: None,
+            };
+            component.start().await;
+            lane.components.insert(binary, component);
+        }
+        assert!(
+            lane.components.contains_key("flexinfer-gateway"),
+            "the release runs no gateway"
+        );
+        Some(lane)
+    }
+
+    /// Creates the objects of the release that are data rather than
+    /// workloads or permissions (Services, ConfigMaps, FlexInfer custom
+    /// resources); the workloads run as processes instead, and the test
+    /// API server does not authorize.
+    async fn apply_release(&self) {
+        for obj in &self.objects {
+            let kind = obj["kind"].as_str().unwrap_or_default();
+            let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+            if matches!(kind, "Service" | "ConfigMap") || api_version.starts_with("ai.flexinfer/") {
+                self.apply(obj.clone()).await;
+            }
+        }
+    }
+
+    /// Server-side applies `obj` as `kubectl apply --server-side` would.
+    pub async fn apply(&self, obj: Value) {
+        let api = self.api_for(&obj);
+        let name = obj["metadata"]["name"].as_str().expect("name").to_string();
+        api.patch(
+            &name,
+            &PatchParams::apply("kubectl").force(),
+            &Patch::Apply(obj),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+    }
+
+    /// Deletes `obj` (kind, apiVersion and name are read from it).
+    pub async fn delete(&self, obj: &Value) {
+        let api = self.api_for(obj);
+        let name = obj["metadata"]["name"].as_str().expect("name");
+        api.delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+    }
+
+    fn api_for(&self, obj: &Value) -> Api<DynamicObject> {
+        let api_version = obj["apiVersion"].as_str().expect("apiVersion");
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let kind = obj["kind"].as_str().expect("kind");
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let plural = format!("{}s", kind.to_lowercase());
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let ns = obj["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE);
+        Api::namespaced_with(self.server.client(), ns, &ar)
+    }
+
+    /// Sets the `flexinfer-sim` flags of the pods of Model `model`.
+    pub fn sim_flags(&self, model: &str, flags: &[&str]) {
+        self.sim_flags.lock().unwrap().insert(
+            model.to_string(),
+            flags.iter().map(|f| f.to_string()).collect(),
+        );
+    }
+
+    /// The gateway component.
+    pub fn gateway(&mut self) -> &mut Component {
+        self.components
+            .get_mut("flexinfer-gateway")
+            .expect("gateway")
+    }
+
+    /// `http://<gateway>/<path>` on its proxy port.
+    pub fn gateway_url(&self, path: &str) -> String {
+        self.components["flexinfer-gateway"].url("http", path)
+    }
+
+    /// A stored object of the release namespace.
+    pub fn object(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
+        self.server.object(api_version, kind, NAMESPACE, name)
+    }
+
+    /// Model `model`'s status, its Deployment's replicas and status, and its
+    /// pods' phases, for failure messages.
+    pub fn describe(&self, model: &str) -> String {
+        let m = self.object("ai.flexinfer/v1alpha2", "Model", model);
+        let d = self.object("apps/v1", "Deployment", model);
+        let pods: Vec<Value> = self
+            .model_pods(model)
+            .iter()
+            .map(|p| {
+                json!([
+                    p["metadata"]["name"],
+                    p["status"]["phase"],
+                    p["status"]["podIP"]
+                ])
+            })
+            .collect();
+        format!(
+            "Model status {}; Deployment replicas {} status {}; pods {pods:?}; logs in {}",
+            m.map_or(Value::Null, |m| m["status"].clone()),
+            d.as_ref()
+                .map_or(Value::Null, |d| d["spec"]["replicas"].clone()),
+            d.map_or(Value::Null, |d| d["status"].clone()),
+            self.logs.display()
+        )
+    }
+
+    /// The stored Pods of Model `model`.
+    pub fn model_pods(&self, model: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        for p in self.server.kubelet_pods() {
+            if let Some(pod) = self.server.object("v1", "Pod", &p.namespace, &p.name) {
+                if pod["metadata"]["labels"][MODEL_LABEL] == model {
+                    out.push(pod);
+                }
+            }
+        }
+        out
+    }
+
+    /// The kubelet's pods of Model `model` (named `<model>-<suffix>`) as
+    /// (pod name, pid of the running process).
+    pub fn model_processes(&self, model: &str) -> Vec<(String, Option<u32>)> {
+        self.server
+            .kubelet_pods()
+            .into_iter()
+            .filter(|p| p.name.starts_with(&format!("{model}-")))
+            .map(|p| (p.name, p.pid))
+            .collect()
+    }
+}
+
+/// A v1alpha2 Model in the release namespace.
+pub fn model(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "ai.flexinfer/v1alpha2",
+        "kind": "Model",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    })
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, for at most `limit`.
+pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A client without pooled connections (each request opens its own, as a
+/// client behind a Service would see after a gateway restart).
+pub fn fresh_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client")
+}
+
+/// POSTs a chat completion for `model`.
+pub async fn chat(lane: &Lane, model: &str) -> reqwest::Response {
+    fresh_client()
+        .post(lane.gateway_url("/v1/chat/completions"))
+        .json(&crate::support::chat(model))
+        .send()
+        .await
+        .expect("chat request")
+}
