@@ -43,6 +43,19 @@ then
   .venv/bin/pip install --quiet --disable-pip-version-check "${helm_pkgs[@]}"
 fi
 
+# Anthropic's Python SDK, driven through the gateway's /v1/messages
+# (gateway/tests/openai_sdk.rs).
+sdk_pkgs=('anthropic==2.10.0')
+if ! .venv/bin/python - "${sdk_pkgs[@]}" >/dev/null 2>&1 <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(name) != want for name, want in (p.split("==") for p in sys.argv[1:])))
+PY
+then
+  echo "setup: installing the Anthropic SDK into .venv"
+  .venv/bin/pip install --quiet --disable-pip-version-check "${sdk_pkgs[@]}"
+fi
+
 # Artifacts pushed to the loopback registry with ORAS's Python client
 # (the OCI pull and ModelCatalog tests).
 oci_pkgs=('oras==0.2.25')

@@ -7,6 +7,9 @@ Against one fast `flexinfer-sim` backend it measures, in one run:
                   errors only in the log)
   flexinfer-log   the same at its default log level (an access-log line per
                   request, written to a file)
+  flexinfer-tenants  the same with an API-key file: every request names a
+                  tenant by its key and passes its model list and its
+                  requests/s and tokens/min budgets (charged and corrected)
   pingora         the floor: a Pingora proxy with no logic (one upstream,
                   bodies passed through unread; gateway/examples/pingora_floor.rs)
   nginx           nginx as a reverse proxy (keep-alive upstream, no buffering)
@@ -139,6 +142,7 @@ def wrk_script(work: Path, name: str, model: str, body_bytes: int) -> Path:
 wrk.method = "POST"
 wrk.path = "/v1/chat/completions"
 wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer bench-key"
 local f = io.open("{body_file}", "r")
 wrk.body = f:read("*a")
 f:close()
@@ -380,12 +384,13 @@ def main() -> None:
             f"  - name: bench-stream\n    backendModel: {served}\n"
             f"    endpoints: ['http://127.0.0.1:{stream_port}']\n"
         )
-        def gateway(log_level: str, log_path=None) -> Proxy:
+        def gateway(log_level: str, log_path=None, extra=()) -> Proxy:
             port = free_port()
             log = open(log_path, "w") if log_path else None
             proc = start([str(bins / "flexinfer-gateway"), "--config", str(models), "--listen",
                           f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
-                          "--threads", str(args.gateway_threads), "--max-body-bytes", "33554432"],
+                          "--threads", str(args.gateway_threads), "--max-body-bytes", "33554432",
+                          *extra],
                          env={"RUST_LOG": log_level}, log=log)
             return Proxy("flexinfer", port, proc, "bench")
 
@@ -395,6 +400,17 @@ def main() -> None:
             logged = gateway("info", work / "access.log")
             logged.name = "flexinfer-log"
             proxies.append(logged)
+        if "flexinfer-tenants" in wanted:
+            # The same gateway with a tenant whose key, model list and
+            # requests/s and tokens/min budgets every request passes.
+            keys = work / "keys.yaml"
+            keys.write_text(
+                "tenants:\n  - name: bench\n    keys: [bench-key]\n    models: [bench, bench-stream]\n"
+                "    limits: {requestsPerSecond: 1000000000, tokensPerMinute: 1000000000000}\n"
+            )
+            tenants = gateway("error", extra=("--api-key-file", str(keys)))
+            tenants.name = "flexinfer-tenants"
+            proxies.append(tenants)
         if "pingora" in wanted:
             floor_port = free_port()
             floor = start([str(bins / "examples" / "pingora_floor"), f"127.0.0.1:{floor_port}",

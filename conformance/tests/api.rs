@@ -3,6 +3,7 @@
 mod support;
 
 use flexinfer_conformance::sim::{synth, SimConfig, SimServer};
+use futures::StreamExt;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use support::{get, post_json, sim, sse_data};
@@ -541,4 +542,140 @@ async fn runs_in_process_too() {
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].model.as_deref(), Some("inproc"));
     server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn responses_api_stores_and_answers_follow_ups() {
+    let sim = sim(&["--ttft", "300ms"]);
+    let base = sim.base_url();
+
+    let (status, error) =
+        error_of(post_json(&base, "/v1/responses", &json!({"model": "sim-model"})).await).await;
+    assert_eq!(status, 400, "{error}");
+    let (status, error) = error_of(get(&base, "/v1/responses/resp_nope").await).await;
+    assert_eq!(status, 404);
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(error["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("resp_nope"));
+
+    let created: Value = post_json(
+        &base,
+        "/v1/responses",
+        &json!({"input": "hi", "metadata": {"k": "v"}}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    let id = created["id"].as_str().expect("id");
+    assert_eq!(created["metadata"], json!({"k": "v"}));
+    let retrieved: Value = get(&base, &format!("/v1/responses/{id}"))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(retrieved, created);
+    let items: Value = get(&base, &format!("/v1/responses/{id}/input_items"))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(items["data"][0]["content"][0]["text"], "hi");
+
+    let unstored: Value = post_json(
+        &base,
+        "/v1/responses",
+        &json!({"input": "hi", "store": false}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    let unstored_id = unstored["id"].as_str().expect("id");
+    assert_eq!(
+        get(&base, &format!("/v1/responses/{unstored_id}"))
+            .await
+            .status(),
+        404
+    );
+
+    // A stream is stored in progress at once; cancelling it sticks.
+    let stream = post_json(
+        &base,
+        "/v1/responses",
+        &json!({"input": "hi", "stream": true}),
+    )
+    .await;
+    assert_eq!(stream.status(), 200);
+    let mut events = stream.bytes_stream();
+    let first = events.next().await.expect("first events").expect("bytes");
+    let first = String::from_utf8_lossy(&first).into_owned();
+    let data = first
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("data line");
+    let created: Value = serde_json::from_str(data).expect("json");
+    let stream_id = created["response"]["id"].as_str().expect("id");
+    let cancelled: Value = support::client()
+        .post(format!("{base}/v1/responses/{stream_id}/cancel"))
+        .send()
+        .await
+        .expect("cancel")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(cancelled["status"], "cancelled");
+    while events.next().await.is_some() {}
+    let after: Value = get(&base, &format!("/v1/responses/{stream_id}"))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(after["status"], "cancelled");
+
+    let deleted = support::client()
+        .delete(format!("{base}/v1/responses/{id}"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(deleted.status(), 200);
+    assert_eq!(
+        get(&base, &format!("/v1/responses/{id}")).await.status(),
+        404
+    );
+}
+
+#[tokio::test]
+async fn messages_api_errors_use_anthropic_shape() {
+    let sim = sim(&[]);
+    let base = sim.base_url();
+    let hello = json!([{"role": "user", "content": "hello"}]);
+    for (body, status, kind) in [
+        (json!({"messages": hello}), 400, "invalid_request_error"),
+        (json!({"max_tokens": 5}), 400, "invalid_request_error"),
+        (
+            json!({"max_tokens": 5, "messages": hello, "model": "nope"}),
+            404,
+            "not_found_error",
+        ),
+    ] {
+        let (got, error) = error_of(post_json(&base, "/v1/messages", &body).await).await;
+        assert_eq!(got, status, "{body} -> {error}");
+        assert_eq!(error["type"], "error");
+        assert_eq!(error["error"]["type"], kind, "{body}");
+    }
+    let message: Value = post_json(
+        &base,
+        "/v1/messages",
+        &json!({"max_tokens": 5, "messages": hello}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(message["model"], "sim-model");
+    assert_eq!(message["stop_reason"], "max_tokens");
+    assert_eq!(message["usage"]["output_tokens"], 5);
 }

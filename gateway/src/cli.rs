@@ -312,6 +312,41 @@ pub struct Cli {
     #[arg(long, env = "PROXY_MAX_CONCURRENCY_PER_ENDPOINT", default_value_t = 0)]
     pub max_concurrency_per_endpoint: u32,
 
+    /// Clamp `max_tokens` (or `max_completion_tokens`, `max_output_tokens`)
+    /// above a model's context window less the prompt reserve, for models
+    /// that declare their window (`maxModelLen`); the answer then carries
+    /// `X-FlexInfer-MaxTokens-Clamped: <asked>-><cap>`.
+    #[arg(long, env = "PROXY_MAX_TOKENS_CLAMP_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    pub max_tokens_clamp_enabled: bool,
+
+    /// Tokens of the window kept for the prompt when clamping (0 means 512).
+    #[arg(
+        long,
+        env = "PROXY_MAX_TOKENS_CLAMP_PROMPT_RESERVE_TOKENS",
+        default_value_t = 512
+    )]
+    pub max_tokens_clamp_prompt_reserve_tokens: u64,
+
+    /// Refuse, with 413 `context_window_exceeded`, requests of models
+    /// annotated `flexinfer.ai/admission: context-bounded` (model file:
+    /// `admission: context-bounded`) whose estimated prompt plus output
+    /// limit exceeds the context window less the safety margin.
+    #[arg(long, env = "PROXY_ADMISSION_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub admission_enabled: bool,
+
+    /// Percent of the context window admission keeps free (clamped to 0–50).
+    #[arg(
+        long,
+        env = "PROXY_ADMISSION_SAFETY_MARGIN_PERCENT",
+        default_value_t = 5,
+        allow_negative_numbers = true
+    )]
+    pub admission_safety_margin_percent: i64,
+
+    /// Output tokens admission assumes for a request without a limit.
+    #[arg(long, env = "PROXY_ADMISSION_DEFAULT_MAX_TOKENS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub admission_default_max_tokens: u64,
+
     /// Longest time a request waits in an activation queue.
     #[arg(long, env = "PROXY_QUEUE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub queue_timeout: Duration,

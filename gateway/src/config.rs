@@ -110,6 +110,15 @@ pub struct ModelSpec {
     /// Overrides `--max-concurrency-per-endpoint`.
     #[serde(default)]
     pub max_concurrency: Option<u32>,
+    /// The model's context window in tokens: `max_tokens` beyond it (less
+    /// the prompt reserve) is clamped, and with `admission:
+    /// context-bounded` prompts that cannot fit are refused (413).
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
+    /// `context-bounded`: refuse requests whose estimated prompt and
+    /// `max_tokens` exceed the window (with `--admission-enabled`).
+    #[serde(default)]
+    pub admission: Option<String>,
     /// Command that serves the model on this machine; the gateway starts it on
     /// demand and stops it when idle (instead of fixed `endpoints`).
     #[serde(default)]
@@ -234,6 +243,10 @@ pub struct ModelConfig {
     pub cold_start_timeout: Option<Duration>,
     /// Requests each endpoint serves at once, when bounded.
     pub max_concurrency: Option<u32>,
+    /// Context window in tokens, when known.
+    pub context_window: Option<u64>,
+    /// Whether requests that cannot fit the window are refused.
+    pub context_admission: bool,
 }
 
 /// A validated local model process.
@@ -401,6 +414,7 @@ impl ModelTable {
                 }
             }
             let local = local_process(&spec)?;
+            let context_admission = context_admission(&spec)?;
             let upstreams = match &local {
                 Some(l) => vec![Upstream::new(
                     SocketAddr::from(([127, 0, 0, 1], l.port)),
@@ -445,6 +459,8 @@ impl ModelTable {
                 rate_limit: spec.rate_limit,
                 cold_start_timeout: local.as_ref().and_then(|l| l.cold_start_timeout),
                 max_concurrency: spec.max_concurrency,
+                context_window: spec.max_model_len.filter(|n| *n > 0),
+                context_admission,
                 local,
             });
         }
@@ -625,6 +641,20 @@ pub fn parse_endpoint(url: &str) -> Result<Upstream, String> {
             .ok_or_else(|| format!("endpoint '{url}': host resolves to no address"))?,
     };
     Ok(Upstream::new(addr, authority))
+}
+
+/// Whether a model opts into context-window admission (`admission:
+/// context-bounded`).
+fn context_admission(spec: &ModelSpec) -> Result<bool, ConfigError> {
+    match spec.admission.as_deref().map(str::trim) {
+        None | Some("") => Ok(false),
+        Some(flexinfer_crds::labels::ADMISSION_CONTEXT_BOUNDED) => Ok(true),
+        Some(other) => Err(ConfigError::Invalid(format!(
+            "model '{}': admission must be '{}', got '{other}'",
+            spec.name,
+            flexinfer_crds::labels::ADMISSION_CONTEXT_BOUNDED
+        ))),
+    }
 }
 
 #[cfg(test)]

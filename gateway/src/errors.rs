@@ -20,13 +20,25 @@ pub struct ApiError {
     pub param: Option<&'static str>,
     /// Value of a `Retry-After` header to send, in seconds.
     pub retry_after: Option<u64>,
+    /// What few answers carry besides the envelope (boxed: errors travel
+    /// in `Result`s on the request path and stay small).
+    pub extra: Option<Box<ErrorExtra>>,
+}
+
+/// Headers and blocks of an error answer beyond the envelope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErrorExtra {
     /// Further headers of the answer (e.g. `x-ratelimit-*`).
     pub headers: Vec<(&'static str, String)>,
+    /// The `admission` block beside `error` (context-window refusals).
+    pub admission: Option<serde_json::Value>,
 }
 
 #[derive(Serialize)]
 struct Envelope<'a> {
     error: Body<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admission: Option<&'a serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -53,8 +65,18 @@ impl ApiError {
             message: message.into(),
             param: None,
             retry_after: None,
-            headers: Vec::new(),
+            extra: None,
         }
+    }
+
+    /// The extras, created when first needed.
+    pub fn extra_mut(&mut self) -> &mut ErrorExtra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
+    /// Further headers of the answer.
+    pub fn headers(&self) -> &[(&'static str, String)] {
+        self.extra.as_ref().map_or(&[], |x| &x.headers)
     }
 
     /// 400 for a request the gateway cannot parse or route.
@@ -243,6 +265,19 @@ impl ApiError {
         )
     }
 
+    /// 413 when a request's estimated prompt and output limit exceed the
+    /// model's context budget; `admission` says by how much.
+    pub fn context_window_exceeded(message: String, admission: serde_json::Value) -> Self {
+        let mut e = Self::new(
+            413,
+            "invalid_request_error",
+            "context_window_exceeded",
+            message,
+        );
+        e.extra_mut().admission = Some(admission);
+        e
+    }
+
     /// 503 when a ready model had no free slot within the queue timeout.
     pub fn queue_timeout(model: &str, waited: std::time::Duration) -> Self {
         let mut e = Self::new(
@@ -314,6 +349,7 @@ impl ApiError {
                 param: self.param,
                 code: self.code,
             },
+            admission: self.extra.as_ref().and_then(|x| x.admission.as_ref()),
         };
         let mut out = serde_json::to_vec(&envelope).unwrap_or_default();
         out.push(b'\n');

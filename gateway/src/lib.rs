@@ -37,3 +37,4 @@ pub mod routing;
 pub mod runtime_thread;
 pub mod server;
 pub mod tenants;
+pub mod tokens;

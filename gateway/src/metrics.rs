@@ -14,6 +14,11 @@ const LATENCY_BUCKETS: &[f64] = &[
     120.0, 300.0,
 ];
 
+/// Buckets of the gap between two chunks of a stream (1 ms to 2 s).
+const INTER_TOKEN_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 2.0,
+];
+
 /// All gateway metrics, registered in one registry.
 #[derive(Clone)]
 pub struct Metrics {
@@ -24,6 +29,10 @@ pub struct Metrics {
     pub duration: HistogramVec,
     /// Time until the response header reached the client, by model.
     pub ttfb: HistogramVec,
+    /// Streams: time from request start to the first chunk of the body.
+    pub stream_ttft: HistogramVec,
+    /// Streams: time between successive chunks of the body.
+    pub stream_itl: HistogramVec,
     /// Requests in flight per model.
     pub active: IntGaugeVec,
     /// Requests in flight per model and endpoint.
@@ -35,6 +44,10 @@ pub struct Metrics {
     /// Tokens engines reported, by model, tenant and kind (prompt,
     /// completion, cached), when API keys name tenants.
     pub tokens: IntCounterVec,
+    /// Output limits clamped to a model's context window, by model and reason.
+    pub max_tokens_clamped: IntCounterVec,
+    /// Context-window admission decisions by model, reason and outcome.
+    pub admission_decisions: IntCounterVec,
     /// Request body bytes received, by model.
     pub bytes_in: IntCounterVec,
     /// Response body bytes sent, by model.
@@ -134,6 +147,26 @@ impl Metrics {
                 "Time from request start until the response header was sent.",
                 &["model"],
             ),
+            stream_ttft: histogram(
+                "flexinfer_proxy_stream_time_to_first_token_seconds",
+                "Event streams: time from request start until the first chunk of the answer reached the gateway.",
+                &["model"],
+            ),
+            stream_itl: {
+                let h = HistogramVec::new(
+                    HistogramOpts::new(
+                        "flexinfer_proxy_stream_inter_token_latency_seconds",
+                        "Event streams: time between successive chunks of the answer.",
+                    )
+                    .buckets(INTER_TOKEN_BUCKETS.to_vec()),
+                    &["model"],
+                )
+                .expect("valid metric");
+                registry
+                    .register(Box::new(h.clone()))
+                    .expect("unique metric");
+                h
+            },
             active: gauge(
                 "flexinfer_proxy_active_connections",
                 "Requests in flight per model.",
@@ -158,6 +191,16 @@ impl Metrics {
                 "flexinfer_proxy_tokens_total",
                 "Tokens the engines reported in usage, by model, tenant and kind (prompt, completion, cached).",
                 &["model", "tenant", "kind"],
+            ),
+            max_tokens_clamped: counter(
+                "flexinfer_proxy_max_tokens_clamped_total",
+                "Output limits lowered to fit a model's context window.",
+                &["model", "reason"],
+            ),
+            admission_decisions: counter(
+                "flexinfer_proxy_admission_decisions_total",
+                "Context-window admission decisions (models annotated context-bounded, --admission-enabled).",
+                &["model", "reason", "allow"],
             ),
             bytes_in: counter(
                 "flexinfer_proxy_request_bytes_total",
@@ -320,11 +363,16 @@ pub fn route_label(path: &str) -> &'static str {
         "/v1/models",
     ];
     let path = path.split('?').next().unwrap_or(path);
-    KNOWN
-        .iter()
-        .copied()
-        .find(|k| *k == path)
-        .unwrap_or("other")
+    if let Some(known) = KNOWN.iter().copied().find(|k| *k == path) {
+        return known;
+    }
+    // Follow-ups of a stored response: one label, whatever the id.
+    match path.strip_prefix("/v1/responses/") {
+        Some(rest) if rest.ends_with("/input_items") => "/v1/responses/{id}/input_items",
+        Some(rest) if rest.ends_with("/cancel") => "/v1/responses/{id}/cancel",
+        Some(rest) if !rest.is_empty() && !rest.contains('/') => "/v1/responses/{id}",
+        _ => "other",
+    }
 }
 
 #[cfg(test)]
@@ -344,6 +392,16 @@ mod tests {
             "/v1/chat/completions"
         );
         assert_eq!(route_label("/secret/path"), "other");
+        assert_eq!(route_label("/v1/responses/resp_1"), "/v1/responses/{id}");
+        assert_eq!(
+            route_label("/v1/responses/resp_1/input_items?limit=2"),
+            "/v1/responses/{id}/input_items"
+        );
+        assert_eq!(
+            route_label("/v1/responses/resp_1/cancel"),
+            "/v1/responses/{id}/cancel"
+        );
+        assert_eq!(route_label("/v1/responses/a/b"), "other");
         assert_eq!(route_label("/v1/messages"), "/v1/messages");
         assert_eq!(
             route_label("/v1/messages/count_tokens"),

@@ -41,6 +41,10 @@ pub struct ModelRoute {
     pub health_check: Option<String>,
     /// Requests each endpoint takes at once, when the model bounds it.
     pub max_concurrency: Option<u32>,
+    /// Context window in tokens, when known.
+    pub context_window: Option<u64>,
+    /// Whether requests that cannot fit the window are refused.
+    pub context_admission: bool,
 }
 
 /// How a requested name matched.
@@ -246,6 +250,8 @@ fn build_route(
         paths: model.paths.clone(),
         health_check: model.health_check.clone(),
         max_concurrency: model.max_concurrency,
+        context_window: model.context_window,
+        context_admission: model.context_admission,
     }
 }
 

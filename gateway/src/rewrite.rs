@@ -122,14 +122,30 @@ pub enum ModelSlot {
 ///
 /// [`parse_json`]: crate::extract::parse_json
 pub fn splice_parts(body: &Bytes, slot: &ModelSlot, model: &str) -> Option<Vec<Bytes>> {
+    if let ModelSlot::Value(span) = slot {
+        if json_string_equals(body.get(span.clone())?, model) {
+            return None;
+        }
+    }
+    let (span, value) = model_edit(slot, model)?;
+    if span.end > body.len() {
+        return None;
+    }
+    Some(vec![
+        body.slice(..span.start),
+        value,
+        body.slice(span.end..),
+    ])
+}
+
+/// The edit that sets `model` at `slot`: the range of the body to replace
+/// (empty for an insertion) and the bytes that go there.
+pub fn model_edit(slot: &ModelSlot, model: &str) -> Option<(Range<usize>, Bytes)> {
     let mut value = Vec::with_capacity(escaped_len(model) + 9);
-    let (head, tail) = match slot {
+    let span = match slot {
         ModelSlot::Value(span) => {
-            if json_string_equals(body.get(span.clone())?, model) {
-                return None;
-            }
             push_json_string(&mut value, model);
-            (body.slice(..span.start), body.slice(span.end..))
+            span.clone()
         }
         ModelSlot::Absent { open_brace, empty } => {
             let after = open_brace + 1;
@@ -138,10 +154,10 @@ pub fn splice_parts(body: &Bytes, slot: &ModelSlot, model: &str) -> Option<Vec<B
             if !empty {
                 value.push(b',');
             }
-            (body.slice(..after), body.slice(after..))
+            after..after
         }
     };
-    Some(vec![head, Bytes::from(value), tail])
+    Some((span, Bytes::from(value)))
 }
 
 fn locate(body: &[u8]) -> Result<ModelSlot, RewriteError> {

@@ -24,7 +24,7 @@ use crate::connections::GuardedApp;
 use crate::file_reloader::FileReloader;
 use crate::metrics::Metrics;
 use crate::modes;
-use crate::proxy::{Gateway, ProxySettings, SideRoutes};
+use crate::proxy::{Gateway, ProxySettings, SideRoutes, WindowSettings};
 use crate::ratelimit::{LimitSettings, RouteLimiter};
 use crate::tenants::Tenants;
 
@@ -107,6 +107,16 @@ fn gateway(
         route_debug_header: cli.route_debug_header,
         max_concurrency_per_endpoint: (cli.max_concurrency_per_endpoint > 0)
             .then_some(cli.max_concurrency_per_endpoint),
+        window: WindowSettings {
+            clamp: cli.max_tokens_clamp_enabled,
+            prompt_reserve: match cli.max_tokens_clamp_prompt_reserve_tokens {
+                0 => 512,
+                n => n,
+            },
+            admission: cli.admission_enabled,
+            margin_percent: cli.admission_safety_margin_percent.clamp(0, 50) as u64,
+            default_max_tokens: cli.admission_default_max_tokens,
+        },
         label_group_mode: cli.label_group_mode().map_err(anyhow::Error::msg)?,
         ..ProxySettings::default()
     };

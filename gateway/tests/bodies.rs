@@ -240,3 +240,106 @@ async fn expect_100_continue_is_answered_before_the_body_is_sent() {
         "the gateway already has the body; the backend must not be asked: {seen}"
     );
 }
+
+/// A chat body with `max_tokens` and `words` words of content.
+fn chat_with(max_tokens: u64, words: usize) -> String {
+    let content = vec!["word"; words].join(" ");
+    format!(
+        r#"{{"model":"llama", "max_tokens": {max_tokens},"messages":[{{"role":"user","content":"{content}"}}]}}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_limit_beyond_the_window_is_clamped_and_nothing_else_changes() {
+    let sim = pod("p", &["llama"], &["--max-model-len", "8192"]);
+    let yaml = format!(
+        "models:\n- name: llama\n  maxModelLen: 8192\n  endpoints: {}\n",
+        endpoints(&[&sim])
+    );
+    let gw = Gateway::start(&yaml, &[]);
+    let url = gw.url("/v1/chat/completions");
+
+    let resp = post_json(&url, chat_with(100_000, 3).as_bytes(), &[]).await;
+    assert_eq!(resp.status(), 200, "the engine would have refused 100000");
+    assert_eq!(
+        resp.headers()["x-flexinfer-maxtokens-clamped"],
+        "100000->7680"
+    );
+    let sent = last_recorded(&sim).await;
+    assert_eq!(
+        sent["body_sha256"],
+        sha256_hex(chat_with(7680, 3).as_bytes())
+    );
+
+    // Within the window: byte-identical, no header.
+    let fits = chat_with(7680, 3);
+    let resp = post_json(&url, fits.as_bytes(), &[]).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp
+        .headers()
+        .get("x-flexinfer-maxtokens-clamped")
+        .is_none());
+    assert_eq!(
+        last_recorded(&sim).await["body_sha256"],
+        sha256_hex(fits.as_bytes())
+    );
+    let metrics = gw.metrics().await;
+    assert!(
+        metrics.contains(
+            "flexinfer_proxy_max_tokens_clamped_total{model=\"llama\",reason=\"context_window_headroom\"} 1"
+        ),
+        "{metrics}"
+    );
+
+    // Switched off, the engine answers for itself.
+    let off = Gateway::start(&yaml, &["--max-tokens-clamp-enabled", "false"]);
+    let resp = post_json(
+        &off.url("/v1/chat/completions"),
+        chat_with(100_000, 3).as_bytes(),
+        &[],
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_that_cannot_fit_a_context_bounded_model_is_refused_before_the_engine() {
+    let sim = pod("p", &["llama"], &["--max-model-len", "4096"]);
+    let yaml = format!(
+        "models:\n- name: llama\n  maxModelLen: 4096\n  admission: context-bounded\n  endpoints: {}\n",
+        endpoints(&[&sim])
+    );
+    let gw = Gateway::start(&yaml, &["--admission-enabled", "true"]);
+    let url = gw.url("/v1/chat/completions");
+    assert_eq!(
+        post_json(&url, chat_with(100, 50).as_bytes(), &[])
+            .await
+            .status(),
+        200
+    );
+    // About 2,400 words × 5 bytes ≈ 3,430 estimated tokens + 1,000 > 3,891.
+    let resp = post_json(&url, chat_with(1000, 2400).as_bytes(), &[]).await;
+    assert_eq!(resp.status(), 413);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "context_window_exceeded", "{body}");
+    let admission = &body["admission"];
+    assert_eq!(admission["model"], "llama");
+    assert_eq!(admission["context_window"], 4096);
+    assert_eq!(admission["tokens_budget"], 3891);
+    let over = admission["tokens_over"].as_u64().unwrap();
+    assert_eq!(
+        admission["tokens_submitted"].as_u64().unwrap() - over,
+        3891,
+        "{admission}"
+    );
+    assert_eq!(
+        admission["suggest_truncate_to"].as_u64().unwrap(),
+        3891 - 1000
+    );
+    let seen = support::recorded(&sim).await;
+    assert_eq!(
+        seen.len(),
+        1,
+        "the refused request never reached the engine"
+    );
+}

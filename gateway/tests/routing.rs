@@ -527,3 +527,137 @@ async fn cache_aware_routing_never_fails_a_request_over_broken_engine_metrics() 
         );
     }
 }
+
+/// POSTs a Responses API create request for `m`; returns the new id and the pod that served it.
+async fn create_response(gw: &Gateway, input: &str, stream: bool) -> (String, String) {
+    let body = json!({"model": "m", "input": input, "stream": stream});
+    let resp = post_json(&gw.url("/v1/responses"), body.to_string().as_bytes(), &[]).await;
+    assert_eq!(resp.status(), 200);
+    let pod = served_by(&resp);
+    let text = resp.text().await.expect("body");
+    let id = if stream {
+        let created = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str::<serde_json::Value>(d).expect("event json"))
+            .find(|e| e["type"] == "response.created")
+            .expect("a response.created event");
+        assert!(text.contains("event: response.completed"), "{text}");
+        created["response"]["id"].as_str().expect("id").to_owned()
+    } else {
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        v["id"].as_str().expect("id").to_owned()
+    };
+    (id, pod)
+}
+
+#[tokio::test]
+async fn response_follow_ups_reach_the_pod_that_created_them() {
+    // A context window that fits a prompt beyond 64 KiB.
+    let window = ["--max-model-len", "100000"];
+    let sims = [pod("pod-a", &["m"], &window), pod("pod-b", &["m"], &window)];
+    let gw = Gateway::start(&model_yaml("default", &[&sims[0], &sims[1]]), &[]);
+    let client = support::client();
+
+    // An id the gateway never saw created: its own 404, no pod asked.
+    for (method, path) in [
+        (reqwest::Method::GET, "/v1/responses/resp_unknown"),
+        (reqwest::Method::POST, "/v1/responses/resp_unknown/cancel"),
+        (
+            reqwest::Method::GET,
+            "/v1/responses/resp_unknown/input_items",
+        ),
+    ] {
+        let resp = client
+            .request(method, gw.url(path))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(served_by(&resp), "");
+        let (status, _, body) = support::error_of(resp).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        let err = support::assert_openai_error(&body, "response_not_found");
+        assert!(err["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("resp_unknown"));
+    }
+
+    // Round-robin spreads the creations over both pods.
+    let created = [
+        create_response(&gw, "first question", false).await,
+        create_response(&gw, "second question", false).await,
+        create_response(&gw, "third question", true).await,
+        create_response(&gw, "fourth question", true).await,
+    ];
+    let pods: std::collections::HashSet<&str> = created.iter().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(pods.len(), 2, "{created:?}");
+    // A body beyond Pingora's 64 KiB retry buffer takes the subrequest path.
+    let long_input = format!("{} question", "word ".repeat(20_000));
+    let long = create_response(&gw, &long_input, false).await;
+    let created = [created.as_slice(), std::slice::from_ref(&long)].concat();
+
+    for (id, pod) in &created {
+        // Round-robin alone would send every other follow-up to the other pod.
+        for _ in 0..2 {
+            let resp = client
+                .get(gw.url(&format!("/v1/responses/{id}")))
+                .send()
+                .await
+                .expect("retrieve");
+            assert_eq!(resp.status(), 200);
+            assert_eq!(&served_by(&resp), pod);
+            let v: serde_json::Value = resp.json().await.expect("json");
+            assert_eq!(v["id"], id.as_str());
+            assert_eq!(v["status"], "completed");
+        }
+        let resp = client
+            .get(gw.url(&format!("/v1/responses/{id}/input_items?order=asc")))
+            .send()
+            .await
+            .expect("input items");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(&served_by(&resp), pod);
+        let items: serde_json::Value = resp.json().await.expect("json");
+        assert_eq!(items["object"], "list");
+        assert!(items["data"][0]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("question")));
+        // The SDK sends a JSON content type with an empty body.
+        let resp = post_json(&gw.url(&format!("/v1/responses/{id}/cancel")), b"", &[]).await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(&served_by(&resp), pod);
+    }
+
+    // A deleted response is forgotten: the next follow-up is the gateway's 404.
+    let (id, pod) = &created[0];
+    let resp = client
+        .delete(gw.url(&format!("/v1/responses/{id}")))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(&served_by(&resp), pod);
+    let v: serde_json::Value = resp.json().await.expect("json");
+    assert_eq!(v["deleted"], true);
+    let resp = client
+        .get(gw.url(&format!("/v1/responses/{id}")))
+        .send()
+        .await
+        .expect("retrieve");
+    assert_eq!(served_by(&resp), "");
+    let (status, _, body) = support::error_of(resp).await;
+    assert_eq!(status, 404);
+    support::assert_openai_error(&body, "response_not_found");
+
+    // A follow-up whose head names the model goes through even when unknown:
+    // the pod answers for itself.
+    let resp = client
+        .get(gw.url("/v1/responses/resp_elsewhere"))
+        .header("x-model-id", "m")
+        .send()
+        .await
+        .expect("retrieve");
+    assert_eq!(resp.status(), 404);
+    assert!(!served_by(&resp).is_empty());
+}

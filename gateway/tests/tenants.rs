@@ -422,6 +422,21 @@ async fn a_stream_that_did_not_ask_for_usage_is_counted_exactly_and_unchanged() 
         "flexinfer_proxy_tokens_total{kind=\"completion\",model=\"llama\",tenant=\"t\"}",
     );
     assert_eq!(counted, 50.0);
+    // The gateway timed the stream: one first token, gaps between chunks.
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "flexinfer_proxy_stream_time_to_first_token_seconds_count{model=\"llama\"}"
+        ),
+        1.0
+    );
+    assert!(
+        metric_value(
+            &metrics,
+            "flexinfer_proxy_stream_inter_token_latency_seconds_count{model=\"llama\"}"
+        ) >= 1.0
+    );
     let prompt = metric_value(
         &gw.metrics().await,
         "flexinfer_proxy_tokens_total{kind=\"prompt\",model=\"llama\",tenant=\"t\"}",

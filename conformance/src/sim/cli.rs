@@ -16,7 +16,10 @@ use super::config::{self, LoraModule, SimConfig};
     long_about = "Simulated OpenAI-compatible model server that behaves like vLLM from the \
 outside: /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings, \
 /v1/images/generations, /v1/images/edits, /v1/load_lora_adapter, /v1/unload_lora_adapter, \
-/health, /metrics (vllm: gauges). Load time, time to first token, prefill and token rate, \
+/health, /metrics (vllm: gauges); also OpenAI's Responses API (POST /v1/responses, JSON or \
+SSE, and the follow-ups GET/DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items, \
+POST /v1/responses/{id}/cancel over the last 10000 responses it created) and Anthropic's \
+Messages API (POST /v1/messages, JSON or SSE, errors in Anthropic's shape). Load time, time to first token, prefill and token rate, \
 concurrency, prefix caching and failures are configurable. Every request is recorded \
 (GET/DELETE /sim/requests) and any other path echoes what it received.\n\n\
 Prefix cache (like vLLM's automatic prefix caching): a prompt is rendered to bytes (each chat \
@@ -126,6 +129,8 @@ pub struct ServeArgs {
     pub fail_after_tokens: Option<u32>,
 
     /// Completion length when a request gives neither max_tokens nor max_completion_tokens.
+    /// Responses and Messages requests get this length, cut to their max_output_tokens or
+    /// max_tokens when that is not larger (the answer then reports the cut).
     #[arg(long, env = "FLEXINFER_SIM_DEFAULT_MAX_TOKENS", default_value_t = config::DEFAULT_MAX_TOKENS)]
     pub default_max_tokens: u32,
 

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::generation::Plan;
 use super::protocol::Usage;
+use super::streaming::Render;
 
 /// Which completion API a response belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,8 @@ pub fn response_id(prefix: &str) -> String {
 struct Message<'a> {
     role: &'static str,
     content: &'a str,
+    /// Always `null`: OpenAI's schema requires the member.
+    refusal: Option<()>,
 }
 
 #[derive(Serialize, Default)]
@@ -50,6 +53,9 @@ struct Delta<'a> {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    /// `null` in the opening delta, as OpenAI sends it; absent afterwards.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<Option<()>>,
 }
 
 #[derive(Serialize)]
@@ -100,6 +106,7 @@ pub fn full_body(flavor: Flavor, plan: &Plan, id: &str, created: u64) -> Vec<u8>
                 message: Message {
                     role: "assistant",
                     content: text,
+                    refusal: None,
                 },
                 logprobs: None,
                 finish_reason: finish,
@@ -123,26 +130,31 @@ pub fn full_body(flavor: Flavor, plan: &Plan, id: &str, created: u64) -> Vec<u8>
     .unwrap_or_default()
 }
 
-/// Writes the server-sent events of one stream: each `data: {json}\n\n`.
-pub struct ChunkWriter<'a> {
+/// Renders one chat or text completion: the whole body, or its stream of
+/// `data: {json}\n\n` events.
+pub struct ChunkWriter {
     flavor: Flavor,
-    plan: &'a Plan,
     id: String,
     created: u64,
 }
 
-impl<'a> ChunkWriter<'a> {
-    /// A writer for `plan`'s stream, with a fresh response id.
-    pub fn new(flavor: Flavor, plan: &'a Plan, created: u64) -> Self {
+impl ChunkWriter {
+    /// A writer with a fresh response id.
+    pub fn new(flavor: Flavor, created: u64) -> Self {
         Self {
             flavor,
-            plan,
             id: response_id(flavor.id_prefix()),
             created,
         }
     }
 
-    fn event(&self, out: &mut Vec<u8>, choices: Vec<Choice<'_>>, usage: Option<Option<Usage>>) {
+    fn event(
+        &self,
+        plan: &Plan,
+        out: &mut Vec<u8>,
+        choices: Vec<Choice<'_>>,
+        usage: Option<Option<Usage>>,
+    ) {
         out.extend_from_slice(b"data: ");
         // Serializing these plain structs into a Vec cannot fail.
         let _ = serde_json::to_writer(
@@ -151,7 +163,7 @@ impl<'a> ChunkWriter<'a> {
                 id: &self.id,
                 object: self.flavor.object(true),
                 created: self.created,
-                model: &self.plan.model,
+                model: &plan.model,
                 choices,
                 usage,
             },
@@ -160,39 +172,47 @@ impl<'a> ChunkWriter<'a> {
     }
 
     /// `null` usage on ordinary chunks when usage was requested, as OpenAI does.
-    fn usage_placeholder(&self) -> Option<Option<Usage>> {
-        self.plan.include_usage.then_some(None)
+    fn usage_placeholder(plan: &Plan) -> Option<Option<Usage>> {
+        plan.include_usage.then_some(None)
+    }
+}
+
+impl Render for ChunkWriter {
+    fn body(&mut self, plan: &Plan) -> Vec<u8> {
+        full_body(self.flavor, plan, &self.id, self.created)
     }
 
-    /// The chat stream's opening chunks: `{"role":"assistant","content":""}` per choice.
-    pub fn role(&self, out: &mut Vec<u8>) {
+    /// The chat stream's opening chunks: `{"role":"assistant","content":"","refusal":null}`
+    /// per choice.
+    fn open(&mut self, plan: &Plan, out: &mut Vec<u8>) {
         if self.flavor != Flavor::Chat {
             return;
         }
-        for index in 0..self.plan.seeds.len() {
+        for index in 0..plan.seeds.len() {
             let choice = Choice::ChatDelta {
                 index,
                 delta: Delta {
                     role: Some("assistant"),
                     content: Some(""),
+                    refusal: Some(None),
                 },
                 logprobs: None,
                 finish_reason: None,
             };
-            self.event(out, vec![choice], self.usage_placeholder());
+            self.event(plan, out, vec![choice], Self::usage_placeholder(plan));
         }
     }
 
     /// One chunk per choice carrying token `token`.
-    pub fn token(&self, out: &mut Vec<u8>, token: u32) {
-        for index in 0..self.plan.seeds.len() {
-            let text = self.plan.token(index, token);
+    fn token(&mut self, plan: &Plan, out: &mut Vec<u8>, token: u32) {
+        for index in 0..plan.seeds.len() {
+            let text = plan.token(index, token);
             let choice = match self.flavor {
                 Flavor::Chat => Choice::ChatDelta {
                     index,
                     delta: Delta {
-                        role: None,
                         content: Some(&text),
+                        ..Delta::default()
                     },
                     logprobs: None,
                     finish_reason: None,
@@ -204,14 +224,14 @@ impl<'a> ChunkWriter<'a> {
                     finish_reason: None,
                 },
             };
-            self.event(out, vec![choice], self.usage_placeholder());
+            self.event(plan, out, vec![choice], Self::usage_placeholder(plan));
         }
     }
 
     /// The closing chunks: finish reasons, the usage chunk when asked for, and `[DONE]`.
-    pub fn finish(&self, out: &mut Vec<u8>) {
-        let finish = Some(self.plan.finish.as_str());
-        for index in 0..self.plan.seeds.len() {
+    fn finish(&mut self, plan: &Plan, out: &mut Vec<u8>) {
+        let finish = Some(plan.finish.as_str());
+        for index in 0..plan.seeds.len() {
             let choice = match self.flavor {
                 Flavor::Chat => Choice::ChatDelta {
                     index,
@@ -226,10 +246,10 @@ impl<'a> ChunkWriter<'a> {
                     finish_reason: finish,
                 },
             };
-            self.event(out, vec![choice], self.usage_placeholder());
+            self.event(plan, out, vec![choice], Self::usage_placeholder(plan));
         }
-        if self.plan.include_usage {
-            self.event(out, Vec::new(), Some(Some(self.plan.usage())));
+        if plan.include_usage {
+            self.event(plan, out, Vec::new(), Some(Some(plan.usage())));
         }
         out.extend_from_slice(b"data: [DONE]\n\n");
     }
@@ -281,6 +301,13 @@ mod tests {
         assert_eq!(v["model"], "m");
         assert_eq!(v["choices"][0]["message"]["role"], "assistant");
         assert_eq!(v["choices"][0]["message"]["content"], p.text(0));
+        assert_eq!(v["choices"][0]["message"]["refusal"], Value::Null);
+        assert!(v["choices"][0]["message"]
+            .as_object()
+            .is_some_and(|m| m.contains_key("refusal")));
+        assert!(v["choices"][0]
+            .as_object()
+            .is_some_and(|c| c.contains_key("logprobs")));
         assert_eq!(v["choices"][0]["finish_reason"], "length");
         assert_eq!(
             v["usage"],
@@ -306,13 +333,13 @@ mod tests {
     #[test]
     fn chat_stream_sequence() {
         let p = plan(true, true);
-        let w = ChunkWriter::new(Flavor::Chat, &p, 5);
+        let mut w = ChunkWriter::new(Flavor::Chat, 5);
         let mut out = Vec::new();
-        w.role(&mut out);
+        w.open(&p, &mut out);
         for t in 0..3 {
-            w.token(&mut out, t);
+            w.token(&p, &mut out, t);
         }
-        w.finish(&mut out);
+        w.finish(&p, &mut out);
         let events = events(&out);
         assert_eq!(events.len(), 7);
         assert_eq!(events[6], "[DONE]");
@@ -325,7 +352,7 @@ mod tests {
             .all(|c| c["object"] == "chat.completion.chunk"));
         assert_eq!(
             chunks[0]["choices"][0]["delta"],
-            serde_json::json!({"role": "assistant", "content": ""})
+            serde_json::json!({"role": "assistant", "content": "", "refusal": null})
         );
         let content: String = chunks[1..4]
             .iter()
@@ -351,11 +378,11 @@ mod tests {
     #[test]
     fn stream_without_usage_has_no_usage_field() {
         let p = plan(true, false);
-        let w = ChunkWriter::new(Flavor::Text, &p, 5);
+        let mut w = ChunkWriter::new(Flavor::Text, 5);
         let mut out = Vec::new();
-        w.role(&mut out);
-        w.token(&mut out, 0);
-        w.finish(&mut out);
+        w.open(&p, &mut out);
+        w.token(&p, &mut out, 0);
+        w.finish(&p, &mut out);
         let events = events(&out);
         assert_eq!(events.len(), 3, "text completions have no role chunk");
         let first: Value = serde_json::from_str(&events[0]).expect("json");

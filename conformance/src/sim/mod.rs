@@ -1,5 +1,6 @@
 //! `flexinfer-sim`: a simulated OpenAI-compatible model server that behaves
-//! like vLLM from the outside (endpoints, error envelopes, SSE framing,
+//! like vLLM from the outside (endpoints, including the Responses API and
+//! Anthropic's Messages API, error envelopes, SSE framing,
 //! `/health`, `vllm:` metrics, runtime LoRA endpoints, automatic prefix
 //! caching) with configurable load time, TTFT, prefill and token rate,
 //! concurrency and faults, and a request recorder for tests of whatever sits
@@ -16,6 +17,7 @@ pub mod error;
 pub mod generation;
 pub mod handlers;
 pub mod intake;
+pub mod messages;
 pub mod metrics;
 pub mod models;
 pub mod multipart;
@@ -23,6 +25,7 @@ pub mod prefix_cache;
 pub mod process;
 pub mod protocol;
 pub mod recorder;
+pub mod responses;
 pub mod selftest;
 pub mod server;
 pub mod state;

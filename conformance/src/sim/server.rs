@@ -15,7 +15,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::config::SimConfig;
-use super::handlers::{completions, embeddings, images, lora, ops, prefix_match, recorder_api};
+use super::handlers::{
+    completions, embeddings, images, lora, messages, ops, prefix_match, recorder_api, responses,
+};
 use super::intake;
 use super::state::SimState;
 
@@ -25,6 +27,17 @@ pub fn router(state: Arc<SimState>) -> Router {
         .route("/v1/models", get(ops::models))
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::text))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::input_items_list),
+        )
+        .route("/v1/responses/{id}/cancel", post(responses::cancel))
+        .route("/v1/messages", post(messages::create))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/images/generations", post(images::generate))
         .route("/v1/images/edits", post(images::edit))

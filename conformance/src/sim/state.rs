@@ -14,6 +14,7 @@ use super::metrics::SimMetrics;
 use super::models::ModelRegistry;
 use super::prefix_cache::PrefixCache;
 use super::recorder::RequestRecorder;
+use super::responses::ResponseStore;
 
 /// One server's shared state, behind an `Arc` in every handler.
 #[derive(Debug)]
@@ -34,6 +35,8 @@ pub struct SimState {
     pub prefix_cache: PrefixCache,
     /// The request log behind `/sim/requests`.
     pub recorder: RequestRecorder,
+    /// Responses API objects kept for the follow-up routes.
+    pub responses: ResponseStore,
 }
 
 /// Seconds since the Unix epoch, for `created` fields.
@@ -73,6 +76,7 @@ impl SimState {
             ready_at: Instant::now() + config.startup_delay.min(CENTURY),
             recorder: RequestRecorder::new(config.recorder_capacity),
             prefix_cache: PrefixCache::new(config.prefix_cache_blocks, config.block_size),
+            responses: ResponseStore::default(),
             pod_name,
             models,
             metrics,

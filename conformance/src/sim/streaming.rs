@@ -1,4 +1,5 @@
-//! Server-sent event responses, paced token by token.
+//! Server-sent event responses, paced token by token, and the [`Render`]
+//! trait each generating API implements.
 //!
 //! Each event is handed to hyper as its own body frame when its token is
 //! due; hyper writes and flushes it as soon as the body waits for the next
@@ -14,9 +15,8 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use super::admission::Slot;
-use super::completion::{ChunkWriter, Flavor};
 use super::generation::{Pacer, Plan};
-use super::state::{unix_now, SimState};
+use super::state::SimState;
 
 /// `Content-Type` of streamed completions.
 pub const EVENT_STREAM: &str = "text/event-stream";
@@ -29,11 +29,26 @@ pub fn crash() -> std::io::Error {
     )
 }
 
-/// A streamed completion. `slot` is held until the stream ends or the client leaves.
-pub fn response(
+/// How one API (chat, text completions, Responses, Messages) renders a
+/// generation: the whole body, or the events of its stream.
+pub trait Render: Send + 'static {
+    /// The non-streaming body.
+    fn body(&mut self, plan: &Plan) -> Vec<u8>;
+    /// Events sent as soon as the stream starts, before the first token is due.
+    fn head(&mut self, _plan: &Plan, _out: &mut Vec<u8>) {}
+    /// Events sent with the first token, ahead of it.
+    fn open(&mut self, _plan: &Plan, _out: &mut Vec<u8>) {}
+    /// The events of token `token` (0-based).
+    fn token(&mut self, plan: &Plan, out: &mut Vec<u8>, token: u32);
+    /// The closing events.
+    fn finish(&mut self, plan: &Plan, out: &mut Vec<u8>);
+}
+
+/// A streamed generation. `slot` is held until the stream ends or the client leaves.
+pub fn response<R: Render>(
     state: Arc<SimState>,
     plan: Plan,
-    flavor: Flavor,
+    mut render: R,
     slot: Slot,
     pacer: Pacer,
 ) -> Response {
@@ -43,11 +58,14 @@ pub fn response(
         .filter(|n| *n < plan.completion_tokens);
     let stream = async_stream::stream! {
         let _slot = slot;
-        let writer = ChunkWriter::new(flavor, &plan, unix_now());
         let choices = u64::from(plan.choices);
         let mut out = Vec::with_capacity(512);
+        render.head(&plan, &mut out);
+        if !out.is_empty() {
+            yield Ok(Bytes::from(std::mem::take(&mut out)));
+        }
         pacer.wait_for(0).await;
-        writer.role(&mut out);
+        render.open(&plan, &mut out);
         for token in 0..plan.completion_tokens {
             pacer.wait_for(token).await;
             if cut_at == Some(token) {
@@ -58,11 +76,11 @@ pub fn response(
                 yield Err(crash());
                 return;
             }
-            writer.token(&mut out, token);
+            render.token(&plan, &mut out, token);
             state.metrics.generation_tokens.inc_by(choices);
             yield Ok::<_, std::io::Error>(Bytes::from(std::mem::take(&mut out)));
         }
-        writer.finish(&mut out);
+        render.finish(&plan, &mut out);
         state.metrics.finished(plan.finish);
         yield Ok(Bytes::from(out));
     };

@@ -70,7 +70,7 @@ pub struct JsonView<'a> {
     pub open_brace: usize,
     /// The output-token limit: `max_completion_tokens`, else `max_tokens`,
     /// else `max_output_tokens` (each validated when present).
-    pub max_output_tokens: Option<u64>,
+    pub output_limit: Option<OutputLimit>,
     /// Where the top-level `model` value is in the body, or where one
     /// would go: what the rewrite splices at.
     pub model_slot: Option<ModelSlot>,
@@ -238,12 +238,16 @@ impl RawFields {
                 }
             },
         };
-        let limit = |field: &'static str, span: &Option<Range<usize>>| {
-            span.clone()
-                .and_then(|s| text.get(s))
-                .map_or(Ok(None), |v| token_limit(field, v))
+        let limit = |field: &'static str,
+                     span: &Option<Range<usize>>|
+         -> Result<Option<OutputLimit>, ApiError> {
+            let Some(span) = span.clone() else {
+                return Ok(None);
+            };
+            let raw = text.get(span.clone()).unwrap_or_default();
+            Ok(token_limit(field, raw)?.map(|value| OutputLimit { field, span, value }))
         };
-        let max_output_tokens = limit("max_completion_tokens", &self.max_completion_tokens)?
+        let output_limit = limit("max_completion_tokens", &self.max_completion_tokens)?
             .or(limit("max_tokens", &self.max_tokens)?)
             .or(limit("max_output_tokens", &self.max_output_tokens)?);
         Ok(JsonView {
@@ -265,10 +269,21 @@ impl RawFields {
             input: raw(self.input),
             stream_options: raw(self.stream_options),
             open_brace: 0,
-            max_output_tokens,
+            output_limit,
             model_slot: None,
         })
     }
+}
+
+/// The request's output-token limit and where it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputLimit {
+    /// The field that gives it.
+    pub field: &'static str,
+    /// Where its value is in the body.
+    pub span: Range<usize>,
+    /// The limit.
+    pub value: u64,
 }
 
 /// Largest output-token limit accepted (the engines' 32-bit integers).
@@ -325,7 +340,8 @@ mod tests {
 
     #[test]
     fn output_token_limits_are_integers_in_range() {
-        let view = |body: &str| parse_json(body.as_bytes()).map(|v| v.max_output_tokens);
+        let view =
+            |body: &str| parse_json(body.as_bytes()).map(|v| v.output_limit.map(|l| l.value));
         assert_eq!(view(r#"{"max_tokens":16}"#).unwrap(), Some(16));
         assert_eq!(view(r#"{"max_tokens":16.0}"#).unwrap(), Some(16));
         assert_eq!(view(r#"{"max_tokens":null}"#).unwrap(), None);

@@ -30,7 +30,7 @@ use http::{HeaderMap, Method};
 
 use crate::errors::ApiError;
 
-pub use json::{parse_json, JsonView, RawJson};
+pub use json::{parse_json, JsonView, OutputLimit, RawJson};
 pub use multipart::multipart_model;
 pub use path::percent_decode;
 

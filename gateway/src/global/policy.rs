@@ -156,6 +156,8 @@ pub fn model_table(config: &GlobalConfig, views: &[ClusterView]) -> ModelTable {
             cold_start_timeout: None,
             // Member gateways bound their own models' concurrency.
             max_concurrency: None,
+            context_window: None,
+            context_admission: false,
         });
     }
     table

@@ -96,6 +96,8 @@ impl GlobalRegistry {
             paths: crate::paths::PathPolicy::Any,
             health_check: None,
             max_concurrency: None,
+            context_window: None,
+            context_admission: false,
         };
         Resolved {
             route: Arc::new(route),
@@ -161,6 +163,8 @@ mod tests {
                 local: None,
                 cold_start_timeout: None,
                 max_concurrency: None,
+                context_window: None,
+                context_admission: false,
             }],
             ..ModelTable::default()
         }

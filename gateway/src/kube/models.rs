@@ -127,6 +127,8 @@ struct Candidate {
     gpu_group_ref: Option<String>,
     cold_start: Duration,
     idle_timeout: Duration,
+    /// Context window from the backend config (`maxModelLen`, ...).
+    context_window: Option<u64>,
     /// The cold-start timeout the model itself sets, if it does: queued
     /// requests wait at least this long.
     own_cold_start: Option<Duration>,
@@ -354,6 +356,11 @@ fn route_config(key: &str, c: &Candidate, upstreams: Vec<Upstream>) -> ModelConf
         local: None,
         cold_start_timeout: c.own_cold_start,
         max_concurrency: max_concurrency(key, c.annotations.get(labels::MAX_CONCURRENCY)),
+        context_window: c.context_window,
+        context_admission: c
+            .annotations
+            .get(labels::ADMISSION)
+            .is_some_and(|v| v.trim() == labels::ADMISSION_CONTEXT_BOUNDED),
     }
 }
 
@@ -418,6 +425,7 @@ fn from_model(m: &Model, scope: &Scope) -> Option<Candidate> {
         gpu_group_ref: None,
         cold_start: m.spec.cold_start_timeout(),
         idle_timeout: m.spec.idle_timeout(),
+        context_window: m.spec.context_window().and_then(|n| u64::try_from(n).ok()),
         own_cold_start: m.spec.serverless.as_ref().map(|s| s.cold_start_timeout()),
         fallback: fallback(
             status.and_then(|s| s.endpoint.as_deref()),
@@ -458,6 +466,7 @@ fn from_deployment(d: &ModelDeployment, scope: &Scope) -> Option<Candidate> {
         gpu_group_ref: d.spec.gpu_group_ref.clone().filter(|g| !g.is_empty()),
         cold_start: d.spec.cold_start_timeout(),
         idle_timeout: d.spec.idle_timeout(),
+        context_window: None,
         // `coldStartTimeoutSeconds: 0` means unset.
         own_cold_start: Some(d.spec.cold_start_timeout()).filter(|t| !t.is_zero()),
         fallback: fallback(

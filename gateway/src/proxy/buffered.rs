@@ -18,9 +18,10 @@ use pingora_proxy::subrequest::pipe::{
 use pingora_proxy::subrequest::{BodyMode, Ctx as SubrequestCtx};
 use pingora_proxy::Session;
 
+use super::body_edits::PlannedBody;
 use super::context::RequestCtx;
 use super::failover::{FailoverGate, Relayed, SUBREQUEST_DRAIN_TIMEOUT};
-use super::plan::{ForwardPlan, PlannedBody};
+use super::plan::ForwardPlan;
 use super::respond::reject;
 use super::upstream::classify_upstream_error;
 use super::Gateway;

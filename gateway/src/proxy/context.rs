@@ -2,6 +2,7 @@
 //! phases, and the request ids it hands out.
 
 use crate::routing::Decision;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,6 +10,8 @@ use std::time::Instant;
 use prometheus::IntGauge;
 
 use super::plan::ForwardPlan;
+use super::responses::Watch;
+use super::stream_timing::StreamTiming;
 use crate::errors::ApiError;
 use crate::routing::InFlight;
 use crate::tenants::Tenant;
@@ -21,6 +24,8 @@ pub struct RequestCtx {
     pub(super) model: Option<Arc<str>>,
     /// The tenant the API key names.
     pub(super) tenant: Option<Arc<Tenant>>,
+    /// Timing of a streamed answer.
+    pub(super) stream_timing: Option<StreamTiming>,
     pub(super) plan: Option<Box<ForwardPlan>>,
     /// Indices of the endpoints tried so far, in order.
     pub(super) tried: Vec<usize>,
@@ -41,6 +46,11 @@ pub struct RequestCtx {
     /// Pingora's upstream phases ran: a failure answered from here ends
     /// the client connection (Pingora does not reuse it).
     pub(super) proxied: bool,
+    /// Responses API: the endpoint that created the response a follow-up
+    /// route names.
+    pub(super) pinned: Option<SocketAddr>,
+    /// Responses API: what the answer is watched for (a created or deleted id).
+    pub(super) response_watch: Option<Box<Watch>>,
 }
 
 impl RequestCtx {

@@ -7,8 +7,52 @@ pub const CLUSTER_HEADER: &str = "x-flexinfer-cluster";
 /// Response header naming the endpoint a request went to and why, when
 /// `--route-debug-header` is on.
 pub const ROUTE_HEADER: &str = "x-flexinfer-route";
+/// Response header saying that the output limit was clamped to the
+/// model's context window (`8192->7680`).
+pub const MAX_TOKENS_CLAMPED: &str = "x-flexinfer-maxtokens-clamped";
 /// API key header of Anthropic clients, accepted like `Authorization: Bearer`.
 pub const API_KEY: &str = "x-api-key";
 /// Internal workload-class header (`background` requests never start a
 /// model), never forwarded upstream.
 pub const WORKLOAD_CLASS: &str = "x-flexinfer-internal-workload-class";
+
+use pingora_error::Result;
+use pingora_http::ResponseHeader;
+
+use super::context::RequestCtx;
+use super::Gateway;
+
+impl Gateway {
+    /// The gateway's headers on a proxied answer: the request id, the
+    /// answering cluster (global mode), the routing decision (debug), a
+    /// clamped output limit and a tenant's rate-limit state.
+    pub(super) fn add_response_headers(
+        &self,
+        resp: &mut ResponseHeader,
+        ctx: &RequestCtx,
+    ) -> Result<()> {
+        if let Some(id) = &ctx.request_id {
+            resp.insert_header(REQUEST_ID, id.as_ref())?;
+        }
+        if let Some(cluster) = self.answering_cluster(ctx) {
+            resp.insert_header(CLUSTER_HEADER, cluster)?;
+        }
+        if self.settings.route_debug_header {
+            if let Some(route) = self.route_debug(ctx) {
+                resp.insert_header(ROUTE_HEADER, route)?;
+            }
+        }
+        let Some(plan) = ctx.plan.as_ref() else {
+            return Ok(());
+        };
+        if let Some(clamped) = plan.clamped.as_deref() {
+            resp.insert_header(MAX_TOKENS_CLAMPED, clamped)?;
+        }
+        if let Some(charge) = plan.metering.as_ref().and_then(|m| m.charge.as_ref()) {
+            for (name, value) in &charge.headers {
+                resp.insert_header(*name, value.as_str())?;
+            }
+        }
+        Ok(())
+    }
+}

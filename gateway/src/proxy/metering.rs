@@ -22,22 +22,26 @@ pub(super) struct Metering {
     succeeded: bool,
 }
 
-/// What admission expects a request to use: the prompt (`messages`,
-/// `prompt` or `input` as sent, one token per 4 bytes, rounded up) and its
-/// output-token limit.
+/// What admission expects a request to use: its prompt (`messages`,
+/// `prompt` or `input`, see [`crate::tokens`]) and its output-token limit.
 pub(super) fn estimate(json: Option<&JsonView<'_>>) -> Estimate {
     let Some(v) = json else {
         return Estimate::default();
     };
-    let bytes: usize = [v.messages, v.prompt, v.input]
-        .iter()
-        .flatten()
-        .map(|raw| raw.get().len())
-        .sum();
     Estimate {
-        prompt: Estimate::prompt_tokens(bytes),
-        output: v.max_output_tokens.unwrap_or(0),
+        prompt: prompt_tokens(v),
+        output: v.output_limit.as_ref().map_or(0, |l| l.value),
     }
+}
+
+/// The estimated prompt tokens of a request.
+pub(super) fn prompt_tokens(v: &JsonView<'_>) -> u64 {
+    let parts: Vec<&str> = [v.messages, v.prompt, v.input]
+        .into_iter()
+        .flatten()
+        .map(|raw| raw.get())
+        .collect();
+    crate::tokens::estimate_prompt_tokens(&parts)
 }
 
 impl Metering {
@@ -72,6 +76,11 @@ impl Metering {
         }
         let watch = self.succeeded && (events || json) && self.stripper.is_none();
         self.meter = watch.then(|| UsageMeter::new(events));
+    }
+
+    /// Whether the request is charged against a token budget.
+    pub(super) fn charges_tokens(&self) -> bool {
+        self.charge.as_ref().is_some_and(|c| c.charges_tokens())
     }
 
     /// The gateway asked the engine for the usage of this stream: take it

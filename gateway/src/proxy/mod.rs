@@ -19,6 +19,7 @@
 //! itself), [`record`] (metrics and access log).
 
 mod body;
+mod body_edits;
 mod buffered;
 mod checks;
 mod context;
@@ -30,9 +31,12 @@ mod metering;
 mod plan;
 mod record;
 mod respond;
+mod responses;
 mod settings;
 pub mod side_routes;
+mod stream_timing;
 mod upstream;
+mod window;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,7 +51,7 @@ use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 pub use context::RequestCtx;
 pub use headers::{CLUSTER_HEADER, ROUTE_HEADER};
 pub use plan::ForwardPlan;
-pub use settings::{EndpointFailures, ProxySettings};
+pub use settings::{EndpointFailures, ProxySettings, WindowSettings};
 pub use side_routes::{SideAnswer, SideRoutes};
 
 use crate::activation::ActivationQueues;
@@ -79,6 +83,8 @@ pub struct Gateway {
     side_routes: SideRoutes,
     settings: ProxySettings,
     request_ids: RequestIds,
+    /// Where each Responses API response was created ([`responses`]).
+    response_ids: responses::ResponseIds,
 }
 
 impl Gateway {
@@ -102,6 +108,7 @@ impl Gateway {
             side_routes,
             settings,
             request_ids: RequestIds::new(),
+            response_ids: responses::ResponseIds::default(),
         }
     }
 
@@ -230,10 +237,13 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.upstream_answered = true;
+        ctx.stream_timing =
+            stream_timing::StreamTiming::of(resp, &self.metrics, ctx.model_label(), ctx.start);
         if let Some(metering) = ctx.plan.as_mut().and_then(|p| p.metering.as_mut()) {
             metering.begin(resp);
         }
         self.record_outcome(ctx, false);
+        self.watch_responses(session.req_header(), resp, ctx);
         self.fail_over_server_error(session, resp, ctx)
     }
 
@@ -243,26 +253,7 @@ impl ProxyHttp for Gateway {
         resp: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if let Some(id) = &ctx.request_id {
-            resp.insert_header(REQUEST_ID, id.as_ref())?;
-        }
-        if let Some(cluster) = self.answering_cluster(ctx) {
-            resp.insert_header(CLUSTER_HEADER, cluster)?;
-        }
-        if self.settings.route_debug_header {
-            if let Some(route) = self.route_debug(ctx) {
-                resp.insert_header(ROUTE_HEADER, route)?;
-            }
-        }
-        if let Some(charge) = ctx
-            .plan
-            .as_ref()
-            .and_then(|p| p.metering.as_ref()?.charge.as_ref())
-        {
-            for (name, value) in &charge.headers {
-                resp.insert_header(*name, value.as_str())?;
-            }
-        }
+        self.add_response_headers(resp, ctx)?;
         ctx.status = resp.status.as_u16();
         self.record_first_byte(ctx);
         Ok(())
@@ -298,11 +289,19 @@ impl ProxyHttp for Gateway {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<Option<Duration>> {
+        if ctx.response_watch.is_some() {
+            self.watch_response_body(body, end_of_stream, ctx);
+        }
         if let Some(metering) = ctx.plan.as_mut().and_then(|p| p.metering.as_mut()) {
             metering.feed(body, end_of_stream);
         }
-        if let (false, Some(b)) = (ctx.is_subrequest, body) {
-            ctx.response_bytes += b.len() as u64;
+        if let Some(b) = body.as_ref().filter(|b| !b.is_empty()) {
+            if let Some(timing) = ctx.stream_timing.as_mut() {
+                timing.chunk();
+            }
+            if !ctx.is_subrequest {
+                ctx.response_bytes += b.len() as u64;
+            }
         }
         Ok(None)
     }

@@ -11,9 +11,11 @@ use http::HeaderMap;
 use pingora_proxy::Session;
 
 use super::body::{declared_length, read_body};
+use super::body_edits::{BodyEdits, PlannedBody, INCLUDE_USAGE};
 use super::context::RequestCtx;
 use super::headers::WORKLOAD_CLASS;
 use super::metering::{self, Metering};
+use super::window::{self, Clamp};
 use super::Gateway;
 use crate::activation::{ActiveRequest, Admission, AdmitRequest, FlowPermit};
 use crate::errors::ApiError;
@@ -21,7 +23,6 @@ use crate::extract::{self, BodyKind, JsonView};
 use crate::flow::{Class, Waiter};
 use crate::label_groups::{GroupKeys, GroupTicket, LabelGroup};
 use crate::registry::{MatchKind, ModelRoute, Resolved};
-use crate::rewrite;
 use crate::routing::{self, CacheAwareRequest, KeySource, PromptBlocks, RoutingInputs, Strategy};
 use crate::tenants::Tenant;
 
@@ -45,6 +46,8 @@ pub struct ForwardPlan {
     pub(super) tried_mask: Option<Arc<AtomicU64>>,
     /// The tenant's budget charge and usage accounting.
     pub(super) metering: Option<Box<Metering>>,
+    /// `X-FlexInfer-MaxTokens-Clamped`, when the output limit was clamped.
+    pub(super) clamped: Option<String>,
     /// Keeps a managed model from an idle stop while this request runs.
     pub(super) _active: Option<ActiveRequest>,
     /// The model's slot, when its concurrency is bounded.
@@ -68,6 +71,7 @@ impl ForwardPlan {
             request_id: self.request_id.clone(),
             tried_mask: self.tried_mask.clone(),
             metering: None,
+            clamped: self.clamped.clone(),
             _active: None,
             _permit: None,
             _group: None,
@@ -119,7 +123,18 @@ impl Gateway {
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<ForwardPlan, ApiError> {
-        let head = RequestHead::read(session)?;
+        let mut head = RequestHead::read(session)?;
+        if let Some(follow_up) = self.response_follow_up(
+            session.req_header(),
+            head.forward_path.as_deref(),
+            head.model.as_deref(),
+            ctx,
+        )? {
+            // A Responses API follow-up: the model is the response's, and
+            // no body names one, so any body streams through.
+            head.model = head.model.or(follow_up.model);
+            head.kind = BodyKind::Other;
+        }
         let limit = self.settings.max_body_bytes;
         if declared_length(session.req_header()).is_some_and(|n| n > limit) {
             // Refused before a byte of it is read or forwarded.
@@ -154,10 +169,14 @@ impl Gateway {
             .paths
             .check(&resolved.route.name, path, self.is_admin(req))?;
         let completions = matches!(path, "/v1/chat/completions" | "/v1/completions");
-        let metering = ctx
+        let clamp = match json.as_ref() {
+            Some(view) => self.guard_window(&resolved, view)?,
+            None => None,
+        };
+        let mut metering = ctx
             .tenant
             .clone()
-            .map(|tenant| self.charge_tenant(tenant, &resolved, json.as_ref()))
+            .map(|tenant| self.charge_tenant(tenant, &resolved, json.as_ref(), clamp.as_ref()))
             .transpose()?;
         let background = is_background(&session.req_header().headers);
         // A label-group pick is looked up again (after a cold start) by the
@@ -188,17 +207,23 @@ impl Gateway {
                 &resolved,
             ))
         });
-        let rewritten = rewritten_body(body.as_ref(), json.as_ref(), &resolved);
-        let unasked_stream = json
-            .as_ref()
-            .filter(|v| completions && v.stream == Some(true) && v.stream_options.is_none())
-            .map(|v| v.open_brace);
-        drop(json);
-        let mut body = rewritten.or_else(|| body.map(PlannedBody::from));
-        let mut metering = metering;
-        if let (Some(m), Some(open_brace)) = (metering.as_mut(), unasked_stream) {
-            body = body.map(|b| ask_for_usage(b, open_brace, m));
+        let mut edits = BodyEdits::default();
+        if let Some(view) = json.as_ref() {
+            // A stream charged against a token budget whose client did not
+            // ask for usage asks the engine for it; the usage is taken out
+            // of the answer again (see `Metering::strip_usage`).
+            let unasked = completions && view.stream == Some(true) && view.stream_options.is_none();
+            if let Some(m) = metering.as_mut().filter(|m| unasked && m.charges_tokens()) {
+                m.strip_usage();
+                edits.insert(view.open_brace + 1, Bytes::from_static(INCLUDE_USAGE));
+            }
+            edits.set_model(view, &resolved.upstream_model);
+            if let Some(c) = &clamp {
+                edits.replace(c.span.clone(), Bytes::from(c.to.to_string()));
+            }
         }
+        drop(json);
+        let body = body.map(|b| edits.apply(b));
         Ok(ForwardPlan {
             resolved,
             strategy,
@@ -210,6 +235,7 @@ impl Gateway {
             request_id: ctx.request_id.clone().unwrap_or_else(|| Arc::from("")),
             tried_mask: None,
             metering,
+            clamped: clamp.map(|c| c.header()),
             _active: active,
             _permit: permit,
             _group: group,
@@ -264,27 +290,59 @@ impl Gateway {
         tenant: Arc<Tenant>,
         resolved: &Resolved,
         json: Option<&JsonView<'_>>,
+        clamp: Option<&Clamp>,
     ) -> Result<Box<Metering>, ApiError> {
         let model = &resolved.route.name;
         let charge = if tenant.has_limits(model) {
-            let charge = tenant
-                .admit(model, metering::estimate(json))
-                .inspect_err(|e| {
-                    let scope = if e.message.contains(" tokens") {
-                        "tenant_tokens"
-                    } else {
-                        "tenant_requests"
-                    };
-                    self.metrics
-                        .rate_limited
-                        .with_label_values(&[model, scope])
-                        .inc();
-                })?;
+            let mut estimate = metering::estimate(json);
+            if let Some(c) = clamp {
+                estimate.output = c.to;
+            }
+            let charge = tenant.admit(model, estimate).inspect_err(|e| {
+                let scope = if e.message.contains(" tokens") {
+                    "tenant_tokens"
+                } else {
+                    "tenant_requests"
+                };
+                self.metrics
+                    .rate_limited
+                    .with_label_values(&[model, scope])
+                    .inc();
+            })?;
             Some(charge)
         } else {
             None
         };
         Ok(Box::new(Metering::new(tenant, charge)))
+    }
+
+    /// The context-window guard: the clamp to apply, or a 413 (counted).
+    fn guard_window(
+        &self,
+        resolved: &Resolved,
+        view: &JsonView<'_>,
+    ) -> Result<Option<Clamp>, ApiError> {
+        let route = &resolved.route;
+        let outcome = window::guard(route, view, &self.settings.window);
+        let admitting = self.settings.window.admission && route.context_admission;
+        if admitting && route.context_window.is_some() {
+            let (reason, allow) = match &outcome {
+                Err(_) => ("over_budget", "false"),
+                Ok(_) => ("within_budget", "true"),
+            };
+            self.metrics
+                .admission_decisions
+                .with_label_values(&[&route.name, reason, allow])
+                .inc();
+        }
+        let clamp = outcome?;
+        if clamp.is_some() {
+            self.metrics
+                .max_tokens_clamped
+                .with_label_values(&[&route.name, "context_window_headroom"])
+                .inc();
+        }
+        Ok(clamp)
     }
 
     /// The member of `group` a request goes to, under the gateway's
@@ -529,94 +587,4 @@ async fn requested_model(
     };
     extract::validate_model_name(&requested)?;
     Ok(requested)
-}
-
-/// The JSON body with `model` set to the name the backend serves, when it
-/// differs: slices of the body around the new value.
-fn rewritten_body(
-    body: Option<&Bytes>,
-    json: Option<&JsonView<'_>>,
-    resolved: &Resolved,
-) -> Option<PlannedBody> {
-    let (body, view) = (body?, json?);
-    if view.model.as_deref() == Some(&*resolved.upstream_model) {
-        return None;
-    }
-    let slot = view.model_slot.as_ref()?;
-    rewrite::splice_parts(body, slot, &resolved.upstream_model).map(PlannedBody::from_parts)
-}
-
-/// The member a stream's body gets so that the engine reports its usage.
-const INCLUDE_USAGE: &[u8] = br#""stream_options":{"include_usage":true},"#;
-
-/// A streamed completion charged against a token budget whose client did
-/// not ask for usage (no `stream_options`; its `{` at `open_brace`) asks
-/// the engine for it; the answer's usage chunk is then taken out before it
-/// reaches the client.
-fn ask_for_usage(body: PlannedBody, open_brace: usize, m: &mut Metering) -> PlannedBody {
-    if !m.charge.as_ref().is_some_and(|c| c.charges_tokens()) {
-        return body;
-    }
-    m.strip_usage();
-    body.with_first_member(open_brace, INCLUDE_USAGE)
-}
-
-/// A request body as it goes upstream: the client's, or slices of it around
-/// a rewritten `model`.
-#[derive(Clone, Debug, Default)]
-pub struct PlannedBody {
-    parts: Vec<Bytes>,
-    len: usize,
-}
-
-impl PlannedBody {
-    fn from_parts(parts: Vec<Bytes>) -> Self {
-        let len = parts.iter().map(Bytes::len).sum();
-        Self { parts, len }
-    }
-
-    /// Its length in bytes.
-    pub(super) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it has no byte.
-    pub(super) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The body in one piece (copied together when it is in several).
-    pub(super) fn contiguous(&self) -> Bytes {
-        match self.parts.as_slice() {
-            [one] => one.clone(),
-            parts => Bytes::from(parts.concat()),
-        }
-    }
-
-    /// The body with `member,` inserted as the first member of its
-    /// top-level object, whose `{` is at `open_brace` (in the first piece).
-    fn with_first_member(mut self, open_brace: usize, member: &'static [u8]) -> Self {
-        let Some(first) = self.parts.first().cloned() else {
-            return self;
-        };
-        if open_brace >= first.len() {
-            return self;
-        }
-        let head = first.slice(..=open_brace);
-        let tail = first.slice(open_brace + 1..);
-        self.parts
-            .splice(0..1, [head, Bytes::from_static(member), tail]);
-        Self::from_parts(self.parts)
-    }
-
-    /// The pieces, for writers that take several.
-    pub(super) fn parts(&self) -> Vec<Bytes> {
-        self.parts.clone()
-    }
-}
-
-impl From<Bytes> for PlannedBody {
-    fn from(body: Bytes) -> Self {
-        Self::from_parts(vec![body])
-    }
 }

@@ -26,7 +26,7 @@ pub(super) async fn reject(
     if let Some(secs) = err.retry_after {
         extra.push(("retry-after", secs.to_string()));
     }
-    extra.extend(err.headers.iter().cloned());
+    extra.extend(err.headers().iter().cloned());
     if err.status == 401 {
         extra.push(("www-authenticate", "Bearer realm=\"flexinfer\"".to_string()));
     }

@@ -44,6 +44,35 @@ pub struct ProxySettings {
     /// Requests each endpoint of a model takes at once, unless the model
     /// sets its own (`maxConcurrency`); unbounded when `None`.
     pub max_concurrency_per_endpoint: Option<u32>,
+    /// The context-window guard.
+    pub window: WindowSettings,
+}
+
+/// The context-window guard of models that declare their window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSettings {
+    /// Clamp an output limit above the window less `prompt_reserve`.
+    pub clamp: bool,
+    /// Tokens kept free for the prompt when clamping (512).
+    pub prompt_reserve: u64,
+    /// Refuse requests of `context-bounded` models that cannot fit (413).
+    pub admission: bool,
+    /// Percent of the window kept as a safety margin by admission (5, 0–50).
+    pub margin_percent: u64,
+    /// Output tokens admission assumes when the request sets no limit (256).
+    pub default_max_tokens: u64,
+}
+
+impl Default for WindowSettings {
+    fn default() -> Self {
+        Self {
+            clamp: true,
+            prompt_reserve: 512,
+            admission: false,
+            margin_percent: 5,
+            default_max_tokens: 256,
+        }
+    }
 }
 
 impl Default for ProxySettings {
@@ -62,6 +91,7 @@ impl Default for ProxySettings {
             cluster_failover: false,
             upstream_authorization: None,
             max_concurrency_per_endpoint: None,
+            window: WindowSettings::default(),
         }
     }
 }

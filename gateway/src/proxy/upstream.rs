@@ -34,11 +34,15 @@ impl Gateway {
             Some(last) if set.len() > 1 => std::slice::from_ref(last),
             _ => &[],
         };
-        let picked = match plan.prompt.as_deref() {
-            Some(prompt) => set
+        // A Responses API follow-up goes where its response was created,
+        // while that endpoint is still in the set.
+        let pinned = ctx.pinned.and_then(|addr| set.index_of(&addr));
+        let picked = match (pinned, plan.prompt.as_deref()) {
+            (Some(idx), _) => Some((idx, set.track(idx), None)),
+            (None, Some(prompt)) => set
                 .pick_cache_aware(&prompt.request(), &route.options, exclude)
                 .map(|(idx, in_flight, decision)| (idx, in_flight, Some(decision))),
-            None => set
+            (None, None) => set
                 .pick(
                     plan.strategy,
                     plan.routing_key.as_deref(),

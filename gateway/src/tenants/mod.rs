@@ -89,18 +89,11 @@ impl Limits {
 /// What admission expects a request to use.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Estimate {
-    /// Prompt tokens: the prompt's bytes ÷ 4, rounded up.
+    /// Prompt tokens ([`crate::tokens::estimate_prompt_tokens`]).
     pub prompt: u64,
     /// Output tokens: `max_tokens` / `max_completion_tokens` /
     /// `max_output_tokens`, 0 when absent (corrected at the end).
     pub output: u64,
-}
-
-impl Estimate {
-    /// Prompt tokens estimated from the prompt's size in bytes.
-    pub fn prompt_tokens(bytes: usize) -> u64 {
-        bytes.div_ceil(4) as u64
-    }
 }
 
 /// `x-ratelimit-*` headers in OpenAI's style.
@@ -161,7 +154,7 @@ fn refused(kind: &str, tenant: &str, refusal: Refusal, bucket: &Bucket, cost: f6
             e
         }
     };
-    err.headers = headers;
+    err.extra_mut().headers = headers;
     err
 }
 
@@ -476,7 +469,7 @@ mod tests {
         let err = a.admit("llama", est).unwrap_err();
         assert_eq!((err.status, err.code), (429, "rate_limit_exceeded"));
         assert!(err
-            .headers
+            .headers()
             .iter()
             .any(|(k, _)| *k == "x-ratelimit-remaining-tokens"));
         // The answer used 5 tokens, not 50: 45 come back.

@@ -24,11 +24,6 @@ pub struct Usage {
 }
 
 #[derive(Deserialize)]
-struct Answer {
-    usage: Option<RawUsage>,
-}
-
-#[derive(Deserialize)]
 struct RawUsage {
     #[serde(default)]
     prompt_tokens: u64,
@@ -43,8 +38,20 @@ struct Details {
     cached_tokens: Option<u64>,
 }
 
+/// The top-level `usage` object of a JSON answer: found by walking the
+/// top-level members with the workspace's JSON skipper, only it decoded.
 fn parse(json: &[u8]) -> Option<Usage> {
-    let raw = serde_json::from_slice::<Answer>(json).ok()?.usage?;
+    let open = scan::skip_ws(json, 0);
+    let mut span = None;
+    scan::object_members(json, open, |key, at| {
+        let end = scan::value_end(json, at)?;
+        if key == b"usage" {
+            span = Some(at..end);
+        }
+        Ok(end)
+    })
+    .ok()?;
+    let raw: RawUsage = serde_json::from_slice(json.get(span?)?).ok()?;
     Some(Usage {
         prompt_tokens: raw.prompt_tokens,
         completion_tokens: raw.completion_tokens,

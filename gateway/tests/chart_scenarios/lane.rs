@@ -470,10 +470,13 @@ impl Lane {
         }
     }
 
-    /// Server-side applies `obj` as `kubectl apply --server-side` would.
+    /// Server-side applies `obj` as `kubectl apply --server-side` would;
+    /// a Model, then waits until the gateway lists it (its watch has seen
+    /// it), as a user would check `/v1/models` before the first request.
     pub async fn apply(&self, obj: Value) {
         let api = self.api_for(&obj);
         let name = obj["metadata"]["name"].as_str().expect("name").to_string();
+        let is_model = obj["kind"] == "Model";
         api.patch(
             &name,
             &PatchParams::apply("kubectl").force(),
@@ -481,6 +484,32 @@ impl Lane {
         )
         .await
         .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+        if is_model {
+            let url = self.gateway_url("/v1/models");
+            eventually(
+                "the gateway to list the model",
+                Duration::from_secs(15),
+                || {
+                    let (url, name) = (url.clone(), name.clone());
+                    async move {
+                        let list: Value = fresh_client()
+                            .get(&url)
+                            .send()
+                            .await
+                            .ok()?
+                            .json()
+                            .await
+                            .ok()?;
+                        let listed = list["data"]
+                            .as_array()?
+                            .iter()
+                            .any(|m| m["id"] == name.as_str());
+                        listed.then_some(())
+                    }
+                },
+            )
+            .await;
+        }
     }
 
     /// Deletes `obj` (kind, apiVersion and name are read from it).

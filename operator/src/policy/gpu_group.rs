@@ -105,7 +105,9 @@ fn order(a: &GroupMember, b: &GroupMember) -> Ordering {
 ///
 /// With no active model, any demand activates the best member at once (the
 /// queue threshold protects a running model from preemption; it does not keep
-/// an empty group empty).
+/// an empty group empty). An active model that is idle (nothing queued and
+/// no activity for the hysteresis window) is not protected by the threshold
+/// either: one request waiting that long takes the group.
 pub fn decide(
     members: &[GroupMember],
     active: Option<&str>,
@@ -151,7 +153,14 @@ pub fn decide(
         };
     }
     if policy.anti_thrashing {
-        if winner.queued < policy.request_queue_threshold {
+        // The threshold protects a model in use; one that is idle (nothing
+        // queued, no activity for the hysteresis window) yields to a single
+        // waiting request, which would otherwise wait for ever.
+        let current_idle = current.queued == 0
+            && current
+                .last_active
+                .is_none_or(|t| since(now, t) >= policy.hysteresis_window);
+        if winner.queued < policy.request_queue_threshold && !current_idle {
             return GroupDecision::Keep {
                 model: Some(current.name.clone()),
                 reason: "queue threshold not met",
@@ -320,5 +329,48 @@ mod tests {
             decide(&ms, Some("a"), None, &p, at(300)),
             GroupDecision::Keep { model: None, .. }
         ));
+    }
+
+    #[test]
+    fn an_idle_active_model_yields_to_one_waiting_request() {
+        let policy = GpuGroupPolicy::default();
+        let mut active = m("a", 0, 0, None);
+        let challenger = m("b", 0, 1, Some(0));
+        let now = at(11);
+        // Active 2 s ago: the threshold (3) protects it.
+        active.last_active = Some(at(9));
+        let busy = decide(
+            &[active.clone(), challenger.clone()],
+            Some("a"),
+            None,
+            &policy,
+            now,
+        );
+        assert_eq!(
+            busy,
+            GroupDecision::Keep {
+                model: Some("a".into()),
+                reason: "queue threshold not met"
+            }
+        );
+        // Idle for the hysteresis window: one request takes the group.
+        active.last_active = Some(at(1));
+        let idle = decide(
+            &[active.clone(), challenger.clone()],
+            Some("a"),
+            None,
+            &policy,
+            now,
+        );
+        assert_eq!(swapped_to(&idle), Some("b"), "{idle:?}");
+        // Still subject to the challenger's hysteresis window.
+        let early = decide(
+            &[active, m("b", 0, 1, Some(5))],
+            Some("a"),
+            None,
+            &policy,
+            now,
+        );
+        assert_eq!(swapped_to(&early), None, "{early:?}");
     }
 }

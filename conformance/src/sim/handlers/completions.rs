@@ -9,13 +9,13 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use super::json_response;
-use crate::sim::completion::{full_body, response_id, Flavor};
+use crate::sim::completion::{ChunkWriter, Flavor};
 use crate::sim::error::ApiError;
 use crate::sim::generation::{Pacer, Plan};
 use crate::sim::prefix_cache::{prefill_delay, Prompt};
 use crate::sim::protocol::{parse_json, ChatRequest, CompletionRequest};
 use crate::sim::state::{unix_now, SimState};
-use crate::sim::streaming;
+use crate::sim::streaming::{self, Render};
 
 /// Chat completions, streamed or whole.
 pub async fn chat(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Response, ApiError> {
@@ -30,7 +30,7 @@ pub async fn chat(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Res
         &request.sampling,
         "messages",
     )?;
-    generate(state, plan, Flavor::Chat).await
+    generate(state, plan, ChunkWriter::new(Flavor::Chat, unix_now())).await
 }
 
 /// The prompt of a chat request; 400 without messages.
@@ -57,15 +57,15 @@ pub async fn text(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Res
     let model = state.models.resolve(request.sampling.model.as_deref())?;
     let prompts = completion_prompts(&request)?;
     let plan = Plan::new(&state.config, model, &prompts, &request.sampling, "prompt")?;
-    generate(state, plan, Flavor::Text).await
+    generate(state, plan, ChunkWriter::new(Flavor::Text, unix_now())).await
 }
 
 /// Admits the request, looks its prompt up in the prefix cache, then paces
-/// and answers it.
-async fn generate(
+/// and answers it as `render` writes it. Every generating API goes through here.
+pub(crate) async fn generate<R: Render>(
     state: Arc<SimState>,
     mut plan: Plan,
-    flavor: Flavor,
+    mut render: R,
 ) -> Result<Response, ApiError> {
     state.check_injected_failure()?;
     let slot = state.admission.admit(plan.kv_tokens()).await;
@@ -84,7 +84,7 @@ async fn generate(
     );
     let pacer = Pacer::with_prefill(&state.config, prefill);
     if plan.stream {
-        return Ok(streaming::response(state, plan, flavor, slot, pacer));
+        return Ok(streaming::response(state, plan, render, slot, pacer));
     }
     if let Some(cut) = state
         .config
@@ -98,7 +98,7 @@ async fn generate(
     pacer
         .wait_for(plan.completion_tokens.saturating_sub(1))
         .await;
-    let body = full_body(flavor, &plan, &response_id(flavor.id_prefix()), unix_now());
+    let body = render.body(&plan);
     state
         .metrics
         .generation_tokens

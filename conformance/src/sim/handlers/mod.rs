@@ -4,9 +4,11 @@ pub mod completions;
 pub mod embeddings;
 pub mod images;
 pub mod lora;
+pub mod messages;
 pub mod ops;
 pub mod prefix_match;
 pub mod recorder_api;
+pub mod responses;
 
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};

@@ -1,0 +1,157 @@
+//! The request body as it goes upstream: the client's bytes, with a few
+//! edits (the backend's `model`, a clamped output limit, a usage request)
+//! spliced in as slices around the new values, so that the body is never
+//! copied or re-serialised and every other byte reaches the engine as sent.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::extract::JsonView;
+use crate::rewrite;
+
+/// The member a stream's body gets so that the engine reports its usage.
+pub(super) const INCLUDE_USAGE: &[u8] = br#""stream_options":{"include_usage":true},"#;
+
+/// Changes to make to a JSON body, by byte range of the original.
+#[derive(Debug, Default)]
+pub(super) struct BodyEdits {
+    edits: Vec<(Range<usize>, Bytes)>,
+}
+
+impl BodyEdits {
+    /// Replaces the bytes of `span` with `value`.
+    pub(super) fn replace(&mut self, span: Range<usize>, value: Bytes) {
+        self.edits.push((span, value));
+    }
+
+    /// Inserts `value` at `at` (after edits already inserted there).
+    pub(super) fn insert(&mut self, at: usize, value: Bytes) {
+        self.edits.push((at..at, value));
+    }
+
+    /// Sets the top-level `model` to `model` when the body names another
+    /// (or none).
+    pub(super) fn set_model(&mut self, view: &JsonView<'_>, model: &str) {
+        if view.model.as_deref() == Some(model) {
+            return;
+        }
+        if let Some((span, value)) = view
+            .model_slot
+            .as_ref()
+            .and_then(|slot| rewrite::model_edit(slot, model))
+        {
+            self.edits.push((span, value));
+        }
+    }
+
+    /// The body with the edits made.
+    pub(super) fn apply(mut self, body: Bytes) -> PlannedBody {
+        if self.edits.is_empty() {
+            return PlannedBody::from(body);
+        }
+        // Stable: inserts at one place keep the order they were made in.
+        self.edits.sort_by_key(|(span, _)| span.start);
+        let mut parts = Vec::with_capacity(2 * self.edits.len() + 1);
+        let mut at = 0;
+        for (span, value) in self.edits {
+            if span.start < at || span.end > body.len() {
+                // Overlapping or out of range: never from a parsed body.
+                continue;
+            }
+            if span.start > at {
+                parts.push(body.slice(at..span.start));
+            }
+            parts.push(value);
+            at = span.end;
+        }
+        if at < body.len() {
+            parts.push(body.slice(at..));
+        }
+        PlannedBody::from_parts(parts)
+    }
+}
+
+/// A request body as it goes upstream: the client's, or slices of it around
+/// what the gateway changed.
+#[derive(Clone, Debug, Default)]
+pub struct PlannedBody {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl PlannedBody {
+    fn from_parts(parts: Vec<Bytes>) -> Self {
+        let len = parts.iter().map(Bytes::len).sum();
+        Self { parts, len }
+    }
+
+    /// Its length in bytes.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no byte.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The body in one piece (copied together when it is in several).
+    pub(super) fn contiguous(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [one] => one.clone(),
+            parts => Bytes::from(parts.concat()),
+        }
+    }
+
+    /// The pieces, for writers that take several.
+    pub(super) fn parts(&self) -> Vec<Bytes> {
+        self.parts.clone()
+    }
+}
+
+impl From<Bytes> for PlannedBody {
+    fn from(body: Bytes) -> Self {
+        Self::from_parts(vec![body])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::parse_json;
+
+    fn edited(body: &str, f: impl FnOnce(&mut BodyEdits, &JsonView<'_>)) -> String {
+        let bytes = Bytes::copy_from_slice(body.as_bytes());
+        let view = parse_json(&bytes).unwrap();
+        let mut edits = BodyEdits::default();
+        f(&mut edits, &view);
+        String::from_utf8(edits.apply(bytes.clone()).contiguous().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn edits_touch_only_their_bytes() {
+        let body = r#"{ "model" : "alias", "max_tokens" : 9000, "stream":true, "x":[1,  2] }"#;
+        let out = edited(body, |e, v| {
+            e.insert(v.open_brace + 1, Bytes::from_static(INCLUDE_USAGE));
+            e.set_model(v, "backend");
+            let limit = v.output_limit.clone().unwrap();
+            e.replace(limit.span, Bytes::from_static(b"7680"));
+        });
+        assert_eq!(
+            out,
+            r#"{"stream_options":{"include_usage":true}, "model" : "backend", "max_tokens" : 7680, "stream":true, "x":[1,  2] }"#
+        );
+        let untouched = edited(body, |e, v| e.set_model(v, "alias"));
+        assert_eq!(untouched, body);
+        let inserted = edited(r#"{"messages":[]}"#, |e, v| {
+            e.insert(v.open_brace + 1, Bytes::from_static(INCLUDE_USAGE));
+            e.set_model(v, "m");
+        });
+        assert_eq!(
+            inserted,
+            r#"{"stream_options":{"include_usage":true},"model":"m","messages":[]}"#
+        );
+        assert_eq!(edited("{}", |e, v| e.set_model(v, "m")), r#"{"model":"m"}"#);
+    }
+}
