@@ -70,6 +70,8 @@ pub struct Metrics {
     pub key_file_reloads: IntCounterVec,
     /// Time requests waited for a cold start, by model.
     pub queue_wait: HistogramVec,
+    /// Time tenants' requests waited in a model's queue, by model and tenant.
+    pub tenant_queue_wait: HistogramVec,
     /// Requests refused while waiting for a model, by model and error code.
     pub queue_rejected: IntCounterVec,
     /// Kubernetes mode: activations tried again after a failed scale-up,
@@ -256,6 +258,11 @@ impl Metrics {
                 "flexinfer_proxy_queue_wait_duration_seconds",
                 "Time requests waited in the activation queue for their model.",
                 &["model"],
+            ),
+            tenant_queue_wait: histogram(
+                "flexinfer_proxy_tenant_queue_wait_seconds",
+                "Time a tenant's requests waited in a model's queue (cold start or capacity), by model and tenant.",
+                &["model", "tenant"],
             ),
             queue_rejected: counter(
                 "flexinfer_proxy_queue_rejected_total",

@@ -588,4 +588,12 @@ async fn a_high_priority_request_is_served_before_fifty_queued_low_ones() {
         seen.len()
     );
     assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
+    let metrics = gw.metrics().await;
+    assert!(
+        metric_value(
+            &metrics,
+            "flexinfer_proxy_tenant_queue_wait_seconds_count{model=\"llama\",tenant=\"batch\"}"
+        ) >= 50.0,
+        "{metrics}"
+    );
 }

@@ -650,16 +650,7 @@ mod tests {
             render.token(&p, &mut out, t);
         }
         render.finish(&p, &mut out);
-        let text = String::from_utf8(out).expect("utf8");
-        let events: Vec<(String, Value)> = text
-            .split_terminator("\n\n")
-            .map(|e| {
-                let (kind, data) = e.split_once('\n').expect("two lines");
-                let kind = kind.strip_prefix("event: ").expect("event").to_owned();
-                let data = data.strip_prefix("data: ").expect("data");
-                (kind, serde_json::from_str(data).expect("json"))
-            })
-            .collect();
+        let events = crate::sim::streaming::named_events(&out);
         let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             kinds,

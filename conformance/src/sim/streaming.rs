@@ -91,3 +91,17 @@ pub fn response<R: Render>(
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
+
+/// The `event:`/`data:` pairs of a named-event stream, for tests.
+#[cfg(test)]
+pub(crate) fn named_events(stream: &[u8]) -> Vec<(String, serde_json::Value)> {
+    let text = std::str::from_utf8(stream).expect("utf8");
+    text.split_terminator("\n\n")
+        .map(|e| {
+            let (kind, data) = e.split_once('\n').expect("two lines");
+            let kind = kind.strip_prefix("event: ").expect("event").to_owned();
+            let data = data.strip_prefix("data: ").expect("data");
+            (kind, serde_json::from_str(data).expect("json"))
+        })
+        .collect()
+}

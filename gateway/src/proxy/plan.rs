@@ -413,6 +413,7 @@ impl Gateway {
         };
         let route = &resolved.route;
         let background = who.class == Class::Background;
+        let tenant = who.tenant.clone();
         let request = AdmitRequest {
             model: &route.name,
             cold_start: route.cold_start_timeout,
@@ -429,6 +430,12 @@ impl Gateway {
                         .queue_wait
                         .with_label_values(&[&route.name])
                         .observe(waited.as_secs_f64());
+                    if !tenant.is_empty() {
+                        self.metrics
+                            .tenant_queue_wait
+                            .with_label_values(&[route.name.as_str(), &tenant])
+                            .observe(waited.as_secs_f64());
+                    }
                     let fresh = self.registry.resolve(requested);
                     return Ok((fresh.unwrap_or(resolved), active, admitted.permit));
                 }

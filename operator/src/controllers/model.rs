@@ -1,11 +1,11 @@
 //! The v1alpha2 `Model` reconciler.
 //!
-//! Flow (spec §2): fetch (NotFound → done) → finalizer (cleanup on
-//! deletion) → validate backend → shared-GPU leader choice → desired
-//! replicas (serverless idle timeout) → GPU detection → compatibility →
-//! Service → cache (PVC, prefetch, quantization; gating) → Deployment →
-//! status from the Deployment → KV-cache pressure, failed-pod pruning →
-//! requeue. Owned objects and the status are written with server-side
+//! Flow (`ARCHITECTURE.md`, "Model reconcile"): fetch (NotFound → done)
+//! → finalizer (cleanup on deletion) → validate backend → shared-GPU
+//! leader choice → desired replicas (serverless idle timeout) → GPU
+//! detection → compatibility → Service → cache (PVC, prefetch,
+//! quantization; gating) → Deployment → status from the Deployment →
+//! KV-cache pressure, failed-pod pruning → requeue. Owned objects and the status are written with server-side
 //! apply under [`MANAGER`], and only when they change.
 
 use super::drive::drive;

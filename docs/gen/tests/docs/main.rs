@@ -9,11 +9,13 @@
 //! - [`metrics_docs`]: the metrics list, alerts and dashboard name only
 //!   metrics the code defines;
 //! - [`alert_rules`]: the alert rules pass promtool's checks and unit tests;
-//! - [`images`]: the Dockerfile builds every binary the chart runs.
+//! - [`images`]: the Dockerfile builds every binary the chart runs;
+//! - [`architecture`]: every path `ARCHITECTURE.md` names exists.
 
 use std::path::{Path, PathBuf};
 
 mod alert_rules;
+mod architecture;
 mod drift;
 mod helm_chart;
 mod images;
