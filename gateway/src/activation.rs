@@ -448,12 +448,11 @@ impl ActivationQueues {
         let wait = if ready {
             self.settings.queue_timeout
         } else {
-            let lifecycle = self
-                .lifecycle
-                .as_ref()
-                .expect("a status comes from a lifecycle");
-            lifecycle.demand(model, depth as u32);
-            lifecycle.activate(model);
+            // Not ready means managed: the status came from the lifecycle.
+            if let Some(lifecycle) = &self.lifecycle {
+                lifecycle.demand(model, depth as u32);
+                lifecycle.activate(model);
+            }
             if let Some(status) = status {
                 if !queue.watcher_running.swap(true, Ordering::SeqCst) {
                     tokio::spawn(queue.clone().watch(model.to_string(), status));

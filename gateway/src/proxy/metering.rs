@@ -126,3 +126,43 @@ impl Metering {
         count("cached", usage.cached_tokens.unwrap_or(0));
     }
 }
+
+impl Drop for Metering {
+    /// A request that ends without its answer being finished here (refused
+    /// by the queue or a later check, or never answered) gets its tokens
+    /// back; `finish` settled the others already.
+    fn drop(&mut self) {
+        if let Some(charge) = &mut self.charge {
+            charge.settle(self.succeeded, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenants::Tenants;
+
+    #[test]
+    fn a_request_refused_after_its_charge_gets_the_tokens_back() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            file.path(),
+            "tenants:\n  - name: t\n    keys: [k]\n    limits: {tokensPerMinute: 60, tokenBurst: 100}\n",
+        )
+        .unwrap();
+        let tenants = Tenants::load(Some(file.path()), Vec::<String>::new()).unwrap();
+        let tenant = tenants.identify(b"k").unwrap();
+        let estimate = Estimate {
+            prompt: 10,
+            output: 80,
+        };
+        let charge = tenant.admit("m", estimate).unwrap();
+        // Refused (say, queue full) before any answer: dropped unfinished.
+        drop(Metering::new(tenant.clone(), Some(charge)));
+        assert!(
+            tenant.admit("m", estimate).is_ok(),
+            "the 90 tokens came back"
+        );
+    }
+}
