@@ -10,6 +10,8 @@ Against one fast `flexinfer-sim` backend it measures, in one run:
   flexinfer-tenants  the same with an API-key file: every request names a
                   tenant by its key and passes its model list and its
                   requests/s and tokens/min budgets (charged and corrected)
+  flexinfer-usage the same with --usage-headers: each answer held whole for
+                  its X-Flexinfer-Prompt-Tokens and other usage headers
   pingora         the floor: a Pingora proxy with no logic (one upstream,
                   bodies passed through unread; gateway/examples/pingora_floor.rs)
   nginx           nginx as a reverse proxy (keep-alive upstream, no buffering)
@@ -411,6 +413,10 @@ def main() -> None:
             tenants = gateway("error", extra=("--api-key-file", str(keys)))
             tenants.name = "flexinfer-tenants"
             proxies.append(tenants)
+        if "flexinfer-usage" in wanted:
+            usage = gateway("error", extra=("--usage-headers", "true"))
+            usage.name = "flexinfer-usage"
+            proxies.append(usage)
         if "pingora" in wanted:
             floor_port = free_port()
             floor = start([str(bins / "examples" / "pingora_floor"), f"127.0.0.1:{floor_port}",

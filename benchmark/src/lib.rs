@@ -7,7 +7,7 @@
 //! (length distributions and request bodies), [`client`] (one keep-alive
 //! HTTP/1.1 connection), [`sse`] (server-sent event framing), [`measure`]
 //! (timing one request), [`load`] (driving a concurrency level), [`stats`]
-//! (percentiles), [`report`] (table and JSON), [`plot`] and [`glyphs`] (the
+//! (percentiles), [`report`] (table and JSON), [`plot`] (the
 //! PNG chart), [`tps`] (the scheduler's micro-benchmark) and [`publish`]
 //! (writing results to ConfigMaps), and [`routing`] (prefix-cache use of
 //! routing strategies, with its own workload, driver, metrics, process and
@@ -15,7 +15,6 @@
 
 pub mod cli;
 pub mod client;
-pub mod glyphs;
 pub mod load;
 pub mod measure;
 pub mod plot;

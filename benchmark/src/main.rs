@@ -1,5 +1,6 @@
 //! `flexinfer-bench`: see `--help` and the crate README.
 
+use flexinfer_service::LogStyle;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -383,14 +384,9 @@ fn print_unpublished(destination: &Destination, result: &tps::TpsResult, min_dur
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false);
-    match format {
-        LogFormat::Pretty => builder.compact().init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let style = match format {
+        LogFormat::Pretty => LogStyle::Compact,
+        LogFormat::Json => LogStyle::Json,
+    };
+    flexinfer_service::init_logging(style, "warn");
 }

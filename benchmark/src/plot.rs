@@ -1,19 +1,18 @@
 //! The optional PNG chart (`--plot`): output tokens/s and requests/s (top)
 //! and TTFT and inter-token latency percentiles (bottom) per concurrency
 //! level. Plotters draws lines into an RGB buffer; labels come from
-//! [`crate::glyphs`]; the `png` crate encodes the file. The axis, legend and
+//! [`flexinfer_service::chart::glyphs`]; the `png` crate encodes the file. The axis, legend and
 //! text helpers are shared with the routing chart.
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::glyphs;
 use crate::report::LoadReport;
+pub(crate) use flexinfer_service::chart::write_rgb;
+use flexinfer_service::chart::{self, glyphs};
 
 /// Image size in pixels.
 pub const SIZE: (u32, u32) = (1000, 760);
@@ -39,18 +38,6 @@ pub fn write_png(report: &LoadReport, path: &Path) -> Result<()> {
     let mut buffer = vec![0u8; (w * h * 3) as usize];
     draw(report, &mut buffer).map_err(|e| anyhow::anyhow!("cannot draw the chart: {e}"))?;
     write_rgb(&buffer, SIZE, path)
-}
-
-/// Encodes an RGB buffer of `size` pixels as a PNG file.
-pub(crate) fn write_rgb(buffer: &[u8], (w, h): (u32, u32), path: &Path) -> Result<()> {
-    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut encoder = png::Encoder::new(BufWriter::new(file), w, h);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    encoder
-        .write_header()
-        .and_then(|mut writer| writer.write_image_data(buffer))
-        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn draw(report: &LoadReport, buffer: &mut [u8]) -> Result<(), Box<dyn std::error::Error>> {
@@ -264,9 +251,7 @@ pub(crate) fn text<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    for (dx, dy) in glyphs::pixels(text, SCALE) {
-        area.draw_pixel((left + dx, top + dy), color)?;
-    }
+    chart::text(area, text, (left, top), SCALE, color)?;
     Ok(())
 }
 

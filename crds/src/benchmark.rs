@@ -43,10 +43,7 @@ pub fn result_hash(backend: &str, model: &str, device_class: &str) -> String {
         }
         hasher.update(part.as_bytes());
     }
-    hasher.finalize()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&hasher.finalize()[..16])
 }
 
 /// Key of a result in the global ConfigMap: [`KEY_PREFIX`] and

@@ -94,19 +94,9 @@ impl Hasher {
     pub fn finish_hex(self) -> String {
         match self {
             Hasher::Xxh3(h) => format!("{:032x}", h.digest128()),
-            Hasher::Sha256(h) => hex(&h.finalize()),
+            Hasher::Sha256(h) => hex::encode(h.finalize()),
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `flexinfer-flashload`: parallel, verified preload of model files from a
 //! volume into tmpfs. See `--help` and the crate README.
 
+use flexinfer_service::LogStyle;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -62,14 +63,9 @@ fn run(cli: &Cli) -> anyhow::Result<String> {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false);
-    match format {
-        LogFormat::Pretty => builder.compact().init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let style = match format {
+        LogFormat::Pretty => LogStyle::Compact,
+        LogFormat::Json => LogStyle::Json,
+    };
+    flexinfer_service::init_logging(style, "info");
 }

@@ -1,5 +1,5 @@
-//! Command-line flags; every spec environment variable maps to one flag with
-//! the spec's default.
+//! Command-line flags; every environment variable listed in `docs/gateway.md`
+//! (Flags and environment) maps to one flag with the default given there.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -230,6 +230,15 @@ pub struct Cli {
     /// it reveals endpoint addresses, so it is off by default).
     #[arg(long, env = "FLEXINFER_PROXY_ROUTE_DEBUG_HEADER", default_value_t = false, action = clap::ArgAction::Set)]
     pub route_debug_header: bool,
+
+    /// Add `X-Flexinfer-Prompt-Tokens`, `X-Flexinfer-Finish-Reason` and
+    /// `X-Flexinfer-Cached-Tokens` (when the engine reports cached tokens) to
+    /// non-streamed completions, as the original gateway does. The answer
+    /// (JSON, up to 4 MiB) is then held until it is complete and relayed
+    /// byte-identical: the client gets its first byte with the last.
+    /// `X-Flexinfer-Upstream-Ms` is on every completion answer regardless.
+    #[arg(long, env = "FLEXINFER_PROXY_USAGE_HEADERS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub usage_headers: bool,
 
     /// How a service label claimed by several models picks one of its Ready
     /// members: `round-robin` (also empty, the default), `least-loaded`,
@@ -647,7 +656,7 @@ impl Cli {
         self.label_group_routing.as_deref().unwrap_or("").parse()
     }
 
-    /// Upstream attempts clamped to 1..=3, as the spec does.
+    /// Upstream attempts clamped to 1..=3; 0 counts as the default, 2.
     pub fn attempts(&self) -> usize {
         match self.upstream_max_attempts {
             0 => 2,
@@ -742,6 +751,10 @@ mod tests {
 
     #[test]
     fn embedded_operator_flags_map_onto_the_settings() {
+        // The controllers' own flags are compared with the operator's in
+        // `embedded_operator_settings_match_the_operators`; here, what the
+        // gateway names differently: watched namespaces, the Lease's
+        // namespace and name, the reporter.
         let cli = Cli::try_parse_from([
             "flexinfer-gateway",
             "--kubernetes",
@@ -750,46 +763,18 @@ mod tests {
             "--namespaces=team-a",
             "--leader-elect",
             "--leader-election-lease=flexinfer-controllers",
-            "--scheduler-name=flexinfer-scheduler",
-            "--flash-loader-image=registry.example.com/flashload:1",
-            "--quantizer-image=registry.example.com/quantizer:2",
-            "--shm-size-limit=16Gi",
-            "--skip-crd-check",
-            "--no-kv-cache-scrape",
             "--federation",
             "--cluster-failure-threshold=2",
         ])
         .unwrap();
         assert!(cli.validate().is_ok());
-        let overrides = BTreeMap::from([("DEFAULT_VLLM_IMAGE".to_owned(), "vllm:x".to_owned())]);
-        let settings = cli.controller_settings("gateway-0", overrides.clone());
+        let settings = cli.controller_settings("gateway-0", BTreeMap::new());
         assert_eq!(settings.namespace.as_deref(), Some("team-a"));
         let le = settings.leader_election.expect("leader election");
         assert_eq!(
-            (
-                le.namespace.as_str(),
-                le.lease_name.as_str(),
-                le.identity.as_str()
-            ),
-            ("ops", "flexinfer-controllers", "gateway-0")
+            [le.namespace, le.lease_name, le.identity],
+            ["ops", "flexinfer-controllers", "gateway-0"]
         );
-        let build = &settings.build;
-        assert_eq!(build.scheduler_name.as_deref(), Some("flexinfer-scheduler"));
-        assert_eq!(
-            (
-                build.flash_loader_image.as_str(),
-                build.quantizer_image.as_str(),
-                build.shm_size_limit.as_str()
-            ),
-            (
-                "registry.example.com/flashload:1",
-                "registry.example.com/quantizer:2",
-                "16Gi"
-            )
-        );
-        assert_eq!(build.image_overrides, overrides);
-        assert!(!settings.check_crds);
-        assert!(!settings.kv_cache_scrape);
         assert_eq!(settings.federation.map(|f| f.failure_threshold), Some(2));
         assert_eq!(settings.reporter, "flexinfer-gateway");
     }
@@ -800,6 +785,8 @@ mod tests {
             "--scheduler-name=s",
             "--flash-loader-image=f:1",
             "--quantizer-image=q:1",
+            "--shm-size-limit=16Gi",
+            "--skip-crd-check",
             "--no-kv-cache-scrape",
         ];
         let gateway = Cli::try_parse_from(

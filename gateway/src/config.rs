@@ -8,6 +8,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::Duration;
 
+use flexinfer_operator::local::spec::DEFAULT_STOP_GRACE;
+use flexinfer_operator::local::LocalModelSpec;
+use flexinfer_operator::policy::replicas::ServerlessPolicy;
 use serde::Deserialize;
 
 use crate::paths::PathPolicy;
@@ -28,7 +31,7 @@ pub struct ModelFile {
     pub sharing: Option<SharingSpec>,
 }
 
-/// Timing of shared-GPU groups (defaults: the spec's 5 min cooldown, 2 min demand window).
+/// Timing of shared-GPU groups (defaults: 5 min cooldown, 2 min demand window).
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SharingSpec {
@@ -237,7 +240,7 @@ pub struct ModelConfig {
     /// Active health checks of fixed endpoints: the path probed.
     pub health_check: Option<String>,
     /// How to run the model locally, when the gateway runs it.
-    pub local: Option<LocalProcess>,
+    pub local: Option<LocalModelSpec>,
     /// The model's own bound on a cold start's wait (`coldStartTimeout`),
     /// when it has one: queued requests wait at least this long.
     pub cold_start_timeout: Option<Duration>,
@@ -247,35 +250,6 @@ pub struct ModelConfig {
     pub context_window: Option<u64>,
     /// Whether requests that cannot fit the window are refused.
     pub context_admission: bool,
-}
-
-/// A validated local model process.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LocalProcess {
-    /// Program to run.
-    pub command: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Extra environment.
-    pub env: Vec<(String, String)>,
-    /// Port it listens on (127.0.0.1).
-    pub port: u16,
-    /// Health path.
-    pub health_path: String,
-    /// Longest time to turn healthy.
-    pub startup_timeout: Duration,
-    /// Whether it stops when idle.
-    pub serverless: bool,
-    /// Idle time before stopping.
-    pub idle_timeout: Duration,
-    /// Processes kept while idle (0 or 1).
-    pub min_replicas: u32,
-    /// Longest wait for a cold start, when set.
-    pub cold_start_timeout: Option<Duration>,
-    /// Shared-GPU group.
-    pub shared_group: Option<String>,
-    /// Priority within the group.
-    pub priority: i32,
 }
 
 /// Validated shared-group timing.
@@ -413,7 +387,7 @@ impl ModelTable {
                     )));
                 }
             }
-            let local = local_process(&spec)?;
+            let (local, local_cold_start) = local_process(&spec)?;
             let context_admission = context_admission(&spec)?;
             let upstreams = match &local {
                 Some(l) => vec![Upstream::new(
@@ -457,7 +431,7 @@ impl ModelTable {
                 upstreams,
                 lora,
                 rate_limit: spec.rate_limit,
-                cold_start_timeout: local.as_ref().and_then(|l| l.cold_start_timeout),
+                cold_start_timeout: local_cold_start,
                 max_concurrency: spec.max_concurrency,
                 context_window: spec.max_model_len.filter(|n| *n > 0),
                 context_admission,
@@ -521,7 +495,10 @@ fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<St
     Ok(out)
 }
 
-fn local_process(spec: &ModelSpec) -> Result<Option<LocalProcess>, ConfigError> {
+/// The process a model with a `command` runs as, and its cold-start bound.
+fn local_process(
+    spec: &ModelSpec,
+) -> Result<(Option<LocalModelSpec>, Option<Duration>), ConfigError> {
     let name = &spec.name;
     let Some(command) = spec.command.clone() else {
         if spec.port.is_some()
@@ -533,7 +510,7 @@ fn local_process(spec: &ModelSpec) -> Result<Option<LocalProcess>, ConfigError> 
                 "model '{name}': port, args, serverless and gpu apply only to models with a command"
             )));
         }
-        return Ok(None);
+        return Ok((None, None));
     };
     if !spec.endpoints.is_empty() {
         return Err(ConfigError::Invalid(format!(
@@ -576,7 +553,12 @@ fn local_process(spec: &ModelSpec) -> Result<Option<LocalProcess>, ConfigError> 
         .iter()
         .map(|(k, v)| Ok((k.clone(), expand("env", v)?)))
         .collect::<Result<_, ConfigError>>()?;
-    Ok(Some(LocalProcess {
+    let cold_start_timeout = duration(
+        "serverless.coldStartTimeout",
+        serverless.cold_start_timeout.as_deref(),
+    )?;
+    let process = LocalModelSpec {
+        name: name.clone(),
         command: expand("command", &command)?,
         args,
         env,
@@ -584,17 +566,18 @@ fn local_process(spec: &ModelSpec) -> Result<Option<LocalProcess>, ConfigError> 
         health_path,
         startup_timeout: duration("startupTimeout", spec.startup_timeout.as_deref())?
             .unwrap_or(Duration::from_secs(600)),
-        serverless: serverless.enabled.unwrap_or(true),
-        idle_timeout: duration("serverless.idleTimeout", serverless.idle_timeout.as_deref())?
-            .unwrap_or(Duration::from_secs(300)),
-        min_replicas,
-        cold_start_timeout: duration(
-            "serverless.coldStartTimeout",
-            serverless.cold_start_timeout.as_deref(),
-        )?,
+        stop_grace: DEFAULT_STOP_GRACE,
+        serverless: ServerlessPolicy {
+            enabled: serverless.enabled.unwrap_or(true),
+            idle_timeout: duration("serverless.idleTimeout", serverless.idle_timeout.as_deref())?
+                .unwrap_or(Duration::from_secs(300)),
+            min_replicas,
+            active_replicas: 1,
+        },
         shared_group: gpu.shared.filter(|g| !g.trim().is_empty()),
         priority: gpu.priority.unwrap_or(0),
-    }))
+    };
+    Ok((Some(process), cold_start_timeout))
 }
 
 fn check_name(name: &str) -> Result<(), ConfigError> {
@@ -703,8 +686,11 @@ models:
         .unwrap();
         let l = t.models[0].local.as_ref().unwrap();
         assert_eq!((l.port, l.health_path.as_str()), (18001, "/health"));
-        assert_eq!(l.idle_timeout, Duration::from_secs(120));
-        assert_eq!(l.cold_start_timeout, Some(Duration::from_secs(90)));
+        assert_eq!(l.serverless.idle_timeout, Duration::from_secs(120));
+        assert_eq!(
+            t.models[0].cold_start_timeout,
+            Some(Duration::from_secs(90))
+        );
         assert_eq!((l.shared_group.as_deref(), l.priority), (Some("gpu0"), 5));
         assert_eq!(
             t.models[0].upstreams[0].addr,

@@ -4,21 +4,17 @@
 //! shared-GPU policies as the Kubernetes operator.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use flexinfer_operator::lifecycle::{ModelStatus, Phase};
 use flexinfer_operator::local::{LocalActuator, LocalModelSpec};
-use flexinfer_operator::policy::replicas::ServerlessPolicy;
 use flexinfer_operator::policy::shared_gpu::SharedGroupPolicy;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::activation::ModelLifecycle;
-use crate::config::{LocalProcess, ModelTable};
+use crate::config::ModelTable;
 use crate::runtime_thread::RuntimeThread;
-
-/// Time a stopping model gets between SIGTERM and SIGKILL.
-pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// The local actuator, running on its own runtime thread so that child
 /// processes are supervised independently of the proxy's runtimes.
@@ -34,7 +30,7 @@ impl EmbeddedOperator {
         let specs: Vec<LocalModelSpec> = table
             .models
             .iter()
-            .filter_map(|m| m.local.as_ref().map(|l| spec(&m.name, l)))
+            .filter_map(|m| m.local.as_ref().map(spec))
             .collect();
         if specs.is_empty() {
             return Ok(None);
@@ -71,24 +67,11 @@ impl EmbeddedOperator {
     }
 }
 
-fn spec(name: &str, l: &LocalProcess) -> LocalModelSpec {
+/// The model's process spec with its command resolved.
+fn spec(local: &LocalModelSpec) -> LocalModelSpec {
     LocalModelSpec {
-        name: name.to_string(),
-        command: resolve_command(&l.command),
-        args: l.args.clone(),
-        env: l.env.clone(),
-        port: l.port,
-        health_path: l.health_path.clone(),
-        startup_timeout: l.startup_timeout,
-        stop_grace: STOP_GRACE,
-        serverless: ServerlessPolicy {
-            enabled: l.serverless,
-            idle_timeout: l.idle_timeout,
-            min_replicas: l.min_replicas,
-            active_replicas: 1,
-        },
-        shared_group: l.shared_group.clone(),
-        priority: l.priority,
+        command: resolve_command(&local.command),
+        ..local.clone()
     }
 }
 

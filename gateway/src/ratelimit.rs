@@ -8,13 +8,13 @@ use governor::{DefaultDirectRateLimiter, Quota};
 
 use crate::config::RateLimitSpec;
 
-/// Spec default for the global bucket (`PROXY_RATE_LIMIT_GLOBAL`).
+/// Default for the global bucket (`PROXY_RATE_LIMIT_GLOBAL`).
 pub const DEFAULT_GLOBAL_RPS: f64 = 1000.0;
-/// Spec default for the global burst (`PROXY_RATE_LIMIT_GLOBAL_BURST`).
+/// Default for the global burst (`PROXY_RATE_LIMIT_GLOBAL_BURST`).
 pub const DEFAULT_GLOBAL_BURST: u32 = 200;
-/// Spec default per-model rate (`PROXY_RATE_LIMIT_PER_MODEL`).
+/// Default per-model rate (`PROXY_RATE_LIMIT_PER_MODEL`).
 pub const DEFAULT_PER_MODEL_RPS: f64 = 100.0;
-/// Spec default per-model burst (`PROXY_RATE_LIMIT_BURST`).
+/// Default per-model burst (`PROXY_RATE_LIMIT_BURST`).
 pub const DEFAULT_PER_MODEL_BURST: u32 = 50;
 
 /// Rate-limit settings from flags and environment.

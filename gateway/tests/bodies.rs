@@ -343,3 +343,103 @@ async fn a_prompt_that_cannot_fit_a_context_bounded_model_is_refused_before_the_
         "the refused request never reached the engine"
     );
 }
+
+/// A header's value, parsed.
+fn header_u64(resp: &reqwest::Response, name: &str) -> Option<u64> {
+    resp.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_streamed_completions_carry_their_usage_in_headers() {
+    let sim = pod("p", &["llama"], &[]);
+    let yaml = format!(
+        "models:\n- name: llama\n  endpoints: {}\n",
+        endpoints(&[&sim])
+    );
+    let gw = Gateway::start(&yaml, &["--usage-headers", "true"]);
+    let url = gw.url("/v1/chat/completions");
+    // The same prompt twice: the engine's prefix cache reports cached tokens.
+    for round in 0..2 {
+        let resp = post_json(&url, chat_with(8, 40).as_bytes(), &[]).await;
+        assert_eq!(resp.status(), 200);
+        assert!(header_u64(&resp, "x-flexinfer-upstream-ms").is_some());
+        let prompt = header_u64(&resp, "x-flexinfer-prompt-tokens");
+        let cached = header_u64(&resp, "x-flexinfer-cached-tokens");
+        let reason = resp.headers()["x-flexinfer-finish-reason"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let length = header_u64(&resp, "content-length").unwrap();
+        let body = resp.bytes().await.unwrap();
+        assert_eq!(body.len() as u64, length);
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let usage = &answer["usage"];
+        assert_eq!(prompt, usage["prompt_tokens"].as_u64(), "{answer}");
+        assert_eq!(reason, answer["choices"][0]["finish_reason"], "{answer}");
+        assert_eq!(
+            cached,
+            usage["prompt_tokens_details"]["cached_tokens"].as_u64(),
+            "only when reported: {answer}"
+        );
+        if round == 1 {
+            assert!(cached.is_some_and(|n| n > 0), "{answer}");
+        }
+    }
+
+    // A stream's head leaves before its usage exists: timing only.
+    let stream = chat_with(8, 3).replace("\"max_tokens\"", "\"stream\":true, \"max_tokens\"");
+    let resp = post_json(&url, stream.as_bytes(), &[]).await;
+    assert_eq!(resp.status(), 200);
+    assert!(header_u64(&resp, "x-flexinfer-upstream-ms").is_some());
+    assert!(resp.headers().get("x-flexinfer-prompt-tokens").is_none());
+    assert!(resp.text().await.unwrap().contains("[DONE]"));
+
+    // Off (the default): the answer is not held, timing only.
+    let off = Gateway::start(&yaml, &[]);
+    let resp = post_json(
+        &off.url("/v1/chat/completions"),
+        chat_with(8, 3).as_bytes(),
+        &[],
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    assert!(header_u64(&resp, "x-flexinfer-upstream-ms").is_some());
+    assert!(resp.headers().get("x-flexinfer-prompt-tokens").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_held_for_its_usage_that_breaks_off_becomes_an_error() {
+    use std::io::{Read, Write};
+    // An engine that promises 100 bytes, sends 20 and closes.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&request).contains("\"messages\"") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => request.extend_from_slice(&buf[..k]),
+                }
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"choices\":[{\"index\"",
+            );
+        }
+    });
+    let yaml = format!("models:\n- name: llama\n  endpoints: [\"http://{addr}\"]\n");
+    let gw = Gateway::start(&yaml, &["--usage-headers", "true"]);
+    let resp = post_json(
+        &gw.url("/v1/chat/completions"),
+        chat_with(8, 3).as_bytes(),
+        &[],
+    )
+    .await;
+    assert_eq!(resp.status(), 502, "not a 200 whose body is cut");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert!(body["error"]["message"].is_string(), "{body}");
+}

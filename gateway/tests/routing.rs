@@ -661,3 +661,54 @@ async fn response_follow_ups_reach_the_pod_that_created_them() {
     assert_eq!(resp.status(), 404);
     assert!(!served_by(&resp).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_engine_seen_saturated_gets_no_more_than_its_slots_and_the_rest_wait_in_the_gateway() {
+    // Two slots, about half a second per answer.
+    let sim = pod(
+        "pod-a",
+        &["m"],
+        &["--max-concurrency", "2", "--tokens-per-second", "20"],
+    );
+    let gw = Gateway::start(
+        &model_yaml("cache-aware", &[&sim]),
+        &["--load-scrape-interval", "100ms"],
+    );
+    let url = gw.url("/v1/chat/completions");
+    let wave = |n: usize, tag: &'static str| {
+        let url = url.clone();
+        async move {
+            let answers = futures::future::join_all((0..n).map(|i| {
+                let body = json!({"model": "m", "max_tokens": 10,
+                    "messages": [{"role": "user", "content": format!("{tag} {i}")}]});
+                let url = url.clone();
+                async move {
+                    post_json(&url, body.to_string().as_bytes(), &[])
+                        .await
+                        .status()
+                }
+            }))
+            .await;
+            assert!(answers.iter().all(|s| *s == 200), "{answers:?}");
+        }
+    };
+    // Nothing known yet: the engine takes six and queues four (the
+    // scraper sees it saturated).
+    wave(6, "first").await;
+
+    // Now eight at once: the engine holds at most one waiting request
+    // (its two slots plus one); the others wait in the gateway, in order.
+    let second = tokio::spawn(wave(8, "second"));
+    let mut most_waiting: f64 = 0.0;
+    while !second.is_finished() {
+        most_waiting = most_waiting.max(sims_metric(&[&sim], "vllm:num_requests_waiting").await);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    second.await.unwrap();
+    assert!(most_waiting <= 1.0, "the engine queued {most_waiting}");
+    let waited = support::metric_value(
+        &gw.metrics().await,
+        "flexinfer_proxy_queue_wait_duration_seconds_count{model=\"m\"}",
+    );
+    assert!(waited >= 4.0, "{waited} requests waited in the gateway");
+}

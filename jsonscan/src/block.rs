@@ -366,30 +366,14 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    /// A small deterministic generator (xorshift64).
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
-
     #[test]
     fn block_classification_matches_bytes() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
         let alphabet = b"\"\\{}[]a \x80\xff\x00";
         for _ in 0..500 {
             let mut bytes = [0u8; BLOCK];
             for byte in &mut bytes {
-                *byte = alphabet[rng.below(alphabet.len())];
+                *byte = alphabet[rng.usize(..alphabet.len())];
             }
             let bits = |wanted: u8| {
                 bytes
@@ -421,26 +405,26 @@ mod tests {
 
     /// A random JSON value nested up to `depth` levels, with strings that
     /// hold brackets, quotes and backslashes.
-    fn random_value(rng: &mut Rng, depth: usize) -> Value {
+    fn random_value(rng: &mut fastrand::Rng, depth: usize) -> Value {
         let pieces = ["{", "}", "[", "]", "\\", "\"", "x", "long text "];
         match if depth == 0 {
-            rng.below(2)
+            rng.usize(..2)
         } else {
-            rng.below(4)
+            rng.usize(..4)
         } {
             0 => Value::String(
-                (0..rng.below(12))
-                    .map(|_| pieces[rng.below(pieces.len())])
+                (0..rng.usize(..12))
+                    .map(|_| pieces[rng.usize(..pieces.len())])
                     .collect(),
             ),
-            1 => json!(rng.below(1000)),
+            1 => json!(rng.usize(..1000)),
             2 => Value::Array(
-                (0..rng.below(5))
+                (0..rng.usize(..5))
                     .map(|_| random_value(rng, depth - 1))
                     .collect(),
             ),
             _ => Value::Object(
-                (0..rng.below(5))
+                (0..rng.usize(..5))
                     .map(|k| (format!("k{k}"), random_value(rng, depth - 1)))
                     .collect(),
             ),
@@ -476,7 +460,7 @@ mod tests {
 
     #[test]
     fn deeply_nested_containers_end_where_serde_says() {
-        let mut rng = Rng(0x51_7cc1_b727_220a);
+        let mut rng = fastrand::Rng::with_seed(0x51_7cc1_b727_220a);
         for _ in 0..400 {
             let value = random_value(&mut rng, 8);
             for text in [

@@ -14,11 +14,12 @@ use flexinfer_node::kv_cache::{KvCacheProbe, DEFAULT_PORTS};
 use flexinfer_node::labels::LabelKeys;
 use flexinfer_node::metrics::Metrics;
 use flexinfer_node::publish::NodePublisher;
+use flexinfer_service::{init_logging, shutdown_signal, LogStyle};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(&cli.log_format);
+    init_logging(LogStyle::named(&cli.log_format), "info");
     let config = cli.config;
     let keys = LabelKeys::new(config.label_prefix.clone());
     let mut discovery = Discovery::from_config(&config);
@@ -101,36 +102,4 @@ async fn main() -> anyhow::Result<()> {
     server.await?.context("serving metrics")?;
     tracing::info!("flexinfer-agent stopped");
     Ok(())
-}
-
-fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
 }

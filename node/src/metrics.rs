@@ -14,7 +14,7 @@
 //! Per-GPU series are rebuilt every pass, so a GPU that disappears stops
 //! being reported.
 
-use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use crate::inventory::{GpuVendor, Inventory};
 
@@ -144,9 +144,7 @@ impl Metrics {
 
     /// The metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        let mut out = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
-        String::from_utf8(out).unwrap_or_default()
+        flexinfer_service::render_text(&self.registry)
     }
 }
 

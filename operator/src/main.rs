@@ -1,5 +1,6 @@
 //! `flexinfer-operator`: Kubernetes controllers that reconcile FlexInfer CRDs into workloads
 
+use flexinfer_service::{init_logging, LogStyle};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -48,34 +49,14 @@ async fn serve(addr: SocketAddr, router: Router) -> anyhow::Result<()> {
 }
 
 async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
-    }
+    flexinfer_service::shutdown_signal().await;
     tracing::info!("shutdown requested; finishing reconciles in flight");
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    if cli.log_format == "json" {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
+    init_logging(LogStyle::named(&cli.log_format), "info");
     let client = cli.kube_client().await?;
     let settings = cli.controller_settings(&cli.identity(), image_overrides_from_env());
     let probe = Probe {

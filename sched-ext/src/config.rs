@@ -1,7 +1,7 @@
 //! Command-line and environment configuration of the extender.
 //!
-//! Every spec environment variable (`SCHED_*`, `BENCHMARK_RESULTS_CONFIGMAP`)
-//! is also a flag, with the spec default.
+//! Every environment variable (`SCHED_*`, `BENCHMARK_RESULTS_CONFIGMAP`) is
+//! also a flag, with the default listed in `sched-ext/README.md`.
 
 use std::net::SocketAddr;
 
@@ -126,7 +126,7 @@ mod tests {
         config: ExtenderConfig,
     }
 
-    /// Every weight is read from its spec env var, with the spec default.
+    /// Every weight is read from its `SCHED_*` env var, with its documented default.
     #[test]
     fn weights_come_from_spec_env_vars_with_spec_defaults() {
         let command = Cli::command();

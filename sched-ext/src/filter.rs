@@ -1,6 +1,6 @@
 //! The filter: hard gates a node must pass to run a pod.
 //!
-//! Checks run in the spec's order and the first failure is the reason:
+//! Checks run in this order and the first failure is the reason:
 //!
 //! 1. The node has the `flexinfer.ai/gpu.vendor` label — "No vendor label".
 //! 2. Free VRAM (node annotation `flexinfer.ai/gpu-free-memory`, MiB) is at
@@ -46,7 +46,7 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    /// The spec's short reason, the prefix of every message.
+    /// The short reason, the prefix of every message.
     pub fn reason(&self) -> &'static str {
         match self {
             Rejection::NoVendorLabel => "No vendor label",

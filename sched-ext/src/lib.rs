@@ -7,7 +7,7 @@
 //! - [`filter`]: hard gates — a GPU pod needs a node with a GPU vendor label,
 //!   enough free VRAM for its estimate, and an architecture its backend
 //!   supports.
-//! - [`score`] and [`normalize`]: the spec's weighted score (measured
+//! - [`score`] and [`normalize`]: the weighted score (measured
 //!   tokens/s, utilisation, cost, KV-cache pressure, free VRAM, tenant fair
 //!   share), mapped into the extender's integer range `0..=10`.
 //! - [`tps`]: where measured tokens/s come from (benchmark ConfigMaps).

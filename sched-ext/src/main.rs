@@ -7,11 +7,12 @@ use clap::Parser;
 use flexinfer_sched::cli::Cli;
 use flexinfer_sched::extender::Settings;
 use flexinfer_sched::{server, watch, Extender};
+use flexinfer_service::{init_logging, shutdown_signal, LogStyle};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(&cli.log_format);
+    init_logging(LogStyle::named(&cli.log_format), "info");
     let config = cli.config;
 
     let client = kube::Client::try_default()
@@ -60,36 +61,4 @@ async fn main() -> anyhow::Result<()> {
         .context("serving HTTP")?;
     tracing::info!("flexinfer-sched stopped");
     Ok(())
-}
-
-fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
 }

@@ -15,9 +15,7 @@
 
 use std::time::Duration;
 
-use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 /// The extender's metrics, registered in their own registry.
 #[derive(Clone)]
@@ -184,10 +182,7 @@ impl Metrics {
 
     /// The metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        let mut out = Vec::new();
-        // Encoding into a Vec cannot fail for well-formed metrics.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
-        String::from_utf8(out).unwrap_or_default()
+        flexinfer_service::render_text(&self.registry)
     }
 }
 

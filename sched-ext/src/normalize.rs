@@ -11,7 +11,7 @@
 //!
 //! The best node gets 10 and every node loses one point per whole raw
 //! unit it trails the best by, down to 0. This is order-preserving (a
-//! higher raw score never gets a lower normalised score), keeps the spec's
+//! higher raw score never gets a lower normalised score), keeps the score
 //! weights meaningful in absolute terms (the free-VRAM term is worth up to
 //! 10 points, the same as the whole range), and, unlike min–max scaling,
 //! does not blow a difference of a few MiB of free VRAM up into the full

@@ -413,22 +413,6 @@ mod tests {
             let _ = parse(&body[..end]);
         }
     }
-    /// A small deterministic generator (xorshift64).
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
-
     #[test]
     fn escaped_label_keys_are_decoded_before_the_prefix_check() {
         let raw = r#"{"metadata":{"name":"n","labels":{
@@ -479,23 +463,23 @@ mod tests {
             .into_bytes();
         let spans = args(&body).unwrap();
         assert_eq!(spans.nodes.unwrap().len(), 2);
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
         // Includes bytes that are not UTF-8: the scanner reads bytes.
         let alphabet = b"\"\\{}[],: a0n\xff\xc3";
         for round in 0..3000 {
             let mut bytes = body.clone();
-            for _ in 0..1 + rng.below(3) {
-                let at = rng.below(bytes.len());
-                match rng.below(3) {
-                    0 => bytes[at] = alphabet[rng.below(alphabet.len())],
+            for _ in 0..1 + rng.usize(..3) {
+                let at = rng.usize(..bytes.len());
+                match rng.usize(..3) {
+                    0 => bytes[at] = alphabet[rng.usize(..alphabet.len())],
                     1 => {
                         bytes.remove(at);
                     }
-                    _ => bytes.insert(at, alphabet[rng.below(alphabet.len())]),
+                    _ => bytes.insert(at, alphabet[rng.usize(..alphabet.len())]),
                 }
             }
             if round % 2 == 0 {
-                bytes.truncate(rng.below(bytes.len()));
+                bytes.truncate(rng.usize(..bytes.len()));
             }
             if let Ok(spans) = args(&bytes) {
                 // Whatever is found lies within the body.

@@ -1,4 +1,4 @@
-//! The spec's score formula.
+//! The score formula.
 //!
 //! ```text
 //! score = tps        × tpsWeight
@@ -50,7 +50,7 @@ pub struct Weights {
 }
 
 impl Weights {
-    /// The spec defaults.
+    /// The default weights.
     pub const DEFAULT: Weights = Weights {
         tps: 0.7,
         util: 0.2,

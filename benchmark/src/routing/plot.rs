@@ -9,11 +9,11 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::glyphs;
 use crate::plot::{
     legend, nice_step, text, write_rgb, y_axis, MARGIN_BOTTOM, MARGIN_LEFT, MARGIN_RIGHT,
     MARGIN_TOP, SCALE,
 };
+use flexinfer_service::chart::glyphs;
 
 use super::report::RoutingReport;
 

@@ -1,13 +1,13 @@
 //! `flexinfer-sim`: the simulated OpenAI-compatible model server.
 
-use std::io::{IsTerminal, Write};
+use flexinfer_service::{shutdown_signal, LogStyle};
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 use flexinfer_conformance::sim::cli::{LogFormat, SimArgs, SimCommand};
 use flexinfer_conformance::sim::{selftest, serve, LISTENING_PREFIX};
 use tokio::net::TcpListener;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let args = SimArgs::parse();
@@ -65,38 +65,10 @@ async fn run_server(args: &SimArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
-    }
-}
-
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    match format {
-        LogFormat::Pretty => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let style = match format {
+        LogFormat::Pretty => LogStyle::Full,
+        LogFormat::Json => LogStyle::Json,
+    };
+    flexinfer_service::init_logging(style, "info");
 }

@@ -458,7 +458,7 @@ fn multipart_field(ctx: &Context) -> BoxFuture<'_, Result<Verdict>> {
     Box::pin(async move {
         let model = model(ctx)?;
         let (content_type, form) = multipart_form(model);
-        let digest = crate::sim::recorder::hex(&sha2::Sha256::digest(&form));
+        let digest = hex::encode(sha2::Sha256::digest(&form));
         let path = "/v1/audio/transcriptions";
         let resp = send(ctx, Call::post_raw(path, &content_type, form.clone())).await?;
         if let Some(body) = resp.json() {

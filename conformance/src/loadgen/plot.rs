@@ -1,13 +1,13 @@
 //! The optional PNG (`load --png`): per-second p50 (blue) and p99 (red)
 //! latency over the run, on a white background with a light grid, tick
-//! labels in milliseconds and seconds, and a legend. The bitmap backend here
-//! has no fonts, so labels are drawn from a small built-in pixel font.
+//! labels in milliseconds and seconds, and a legend, drawn in the shared
+//! pixel font of [`flexinfer_service::chart`].
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
+use flexinfer_service::chart::glyphs::text_width;
+use flexinfer_service::chart::{self, write_rgb};
 use plotters::prelude::*;
 
 use super::summary::Second;
@@ -24,14 +24,7 @@ pub fn write_png(timeline: &[Second], path: &Path) -> Result<()> {
     let (w, h) = SIZE;
     let mut buffer = vec![0u8; (w * h * 3) as usize];
     draw(timeline, &mut buffer).map_err(|e| anyhow!("cannot draw the chart: {e}"))?;
-    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut encoder = png::Encoder::new(BufWriter::new(file), w, h);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    encoder
-        .write_header()
-        .and_then(|mut writer| writer.write_image_data(&buffer))
-        .with_context(|| format!("cannot write {}", path.display()))
+    write_rgb(&buffer, SIZE, path)
 }
 
 fn draw(timeline: &[Second], buffer: &mut [u8]) -> Result<(), Box<dyn std::error::Error>> {
@@ -78,23 +71,17 @@ fn draw(timeline: &[Second], buffer: &mut [u8]) -> Result<(), Box<dyn std::error
         let (px, py) = chart.backend_coord(&(0.0, y));
         let label = format_ms(y);
         let width = text_width(&label, SCALE);
-        text(&root, px - width - 8, py - 7, &label, ink, SCALE)?;
+        chart::text(&root, &label, (px - width - 8, py - 7), SCALE, &ink)?;
     }
     for s in [0, seconds / 2, seconds] {
         let (px, py) = chart.backend_coord(&(f64::from(s), 0.0));
         let label = format!("{s} s");
-        text(
-            &root,
-            px - text_width(&label, SCALE) / 2,
-            py + 8,
-            &label,
-            ink,
-            SCALE,
-        )?;
+        let left = px - text_width(&label, SCALE) / 2;
+        chart::text(&root, &label, (left, py + 8), SCALE, &ink)?;
     }
-    text(&root, 80, 16, "latency ms", ink, SCALE)?;
-    text(&root, 330, 16, "p50", P50, SCALE)?;
-    text(&root, 420, 16, "p99", P99, SCALE)?;
+    chart::text(&root, "latency ms", (80, 16), SCALE, &ink)?;
+    chart::text(&root, "p50", (330, 16), SCALE, &P50)?;
+    chart::text(&root, "p99", (420, 16), SCALE, &P99)?;
     root.present()?;
     Ok(())
 }
@@ -114,67 +101,10 @@ fn format_ms(ms: f64) -> String {
     }
 }
 
-/// 5×7 glyphs, one row per byte, the leftmost dot in bit 4.
-fn glyph(c: char) -> [u8; 7] {
-    match c {
-        '0' => [14, 17, 19, 21, 25, 17, 14],
-        '1' => [4, 12, 4, 4, 4, 4, 14],
-        '2' => [14, 17, 1, 2, 4, 8, 31],
-        '3' => [30, 1, 1, 14, 1, 1, 30],
-        '4' => [2, 6, 10, 18, 31, 2, 2],
-        '5' => [31, 16, 30, 1, 1, 17, 14],
-        '6' => [6, 8, 16, 30, 17, 17, 14],
-        '7' => [31, 1, 2, 4, 8, 8, 8],
-        '8' => [14, 17, 17, 14, 17, 17, 14],
-        '9' => [14, 17, 17, 15, 1, 2, 12],
-        '.' => [0, 0, 0, 0, 0, 12, 12],
-        'a' => [0, 0, 14, 1, 15, 17, 15],
-        'c' => [0, 0, 14, 16, 16, 17, 14],
-        'e' => [0, 0, 14, 17, 31, 16, 14],
-        'l' => [12, 4, 4, 4, 4, 4, 14],
-        'm' => [0, 0, 26, 21, 21, 17, 17],
-        'n' => [0, 0, 22, 25, 17, 17, 17],
-        'p' => [0, 0, 30, 17, 30, 16, 16],
-        's' => [0, 0, 14, 16, 14, 1, 30],
-        't' => [8, 8, 28, 8, 8, 9, 6],
-        'y' => [0, 0, 17, 17, 15, 1, 14],
-        _ => [0; 7],
-    }
-}
-
-fn text_width(s: &str, scale: i32) -> i32 {
-    s.chars().count() as i32 * 6 * scale
-}
-
-/// Draws `s` with its top-left corner at (`x`, `y`).
-fn text<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    x: i32,
-    y: i32,
-    s: &str,
-    color: RGBColor,
-    scale: i32,
-) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    for (i, c) in s.chars().enumerate() {
-        let left = x + i as i32 * 6 * scale;
-        for (row, bits) in glyph(c).iter().enumerate() {
-            for col in 0..5 {
-                if bits & (1 << (4 - col)) != 0 {
-                    let (px, py) = (left + col * scale, y + row as i32 * scale);
-                    area.draw(&Rectangle::new(
-                        [(px, py), (px + scale - 1, py + scale - 1)],
-                        color.filled(),
-                    ))?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flexinfer_service::chart::glyphs::glyph;
 
     #[test]
     fn labels_fit_the_font() {
@@ -186,7 +116,7 @@ mod tests {
         assert_eq!(format_ms(0.25), "0.250");
         assert_eq!(format_ms(0.0), "0");
         assert_eq!(format_ms(12.34), "12.3");
-        assert_eq!(text_width("p50", 2), 36);
+        assert_eq!(text_width("p50", 2), 34);
     }
 
     #[test]

@@ -67,19 +67,8 @@ impl RequestRecord {
 
     /// The body digest as lowercase hex.
     pub fn body_sha256_hex(&self) -> String {
-        hex(&self.body_sha256)
+        hex::encode(self.body_sha256)
     }
-}
-
-/// Lowercase hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
-    out
 }
 
 /// Headers as a JSON object; repeated headers are joined with `, `.

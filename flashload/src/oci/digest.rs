@@ -23,7 +23,7 @@ impl Digest {
     /// The digest a finished hasher holds.
     pub fn from_hasher(hasher: Sha256) -> Digest {
         Digest {
-            hex: to_hex(&hasher.finalize()),
+            hex: hex::encode(hasher.finalize()),
         }
     }
 
@@ -70,17 +70,6 @@ impl<'de> serde::Deserialize<'de> for Digest {
         let text = String::deserialize(d)?;
         text.parse().map_err(serde::de::Error::custom)
     }
-}
-
-/// Lowercase hex of `bytes`.
-pub fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use super::credentials::Credentials;
-use super::digest::to_hex;
 use super::error::OciError;
 use super::reference::host_of;
 
@@ -165,14 +164,14 @@ pub fn authorization(request: &SigningRequest<'_>, keys: &AwsCredentials) -> Str
         request.method,
         request.path,
         request.query,
-        to_hex(&Sha256::digest(request.payload))
+        hex::encode(Sha256::digest(request.payload))
     );
     let date = &request.amz_date[..8.min(request.amz_date.len())];
     let scope = format!("{date}/{}/{}/aws4_request", request.region, request.service);
     let string_to_sign = format!(
         "AWS4-HMAC-SHA256\n{}\n{scope}\n{}",
         request.amz_date,
-        to_hex(&Sha256::digest(canonical_request.as_bytes()))
+        hex::encode(Sha256::digest(canonical_request.as_bytes()))
     );
     let mut key = hmac_sha256(
         format!("AWS4{}", keys.secret_access_key).as_bytes(),
@@ -181,7 +180,7 @@ pub fn authorization(request: &SigningRequest<'_>, keys: &AwsCredentials) -> Str
     for part in [request.region, request.service, "aws4_request"] {
         key = hmac_sha256(&key, part.as_bytes());
     }
-    let signature = to_hex(&hmac_sha256(&key, string_to_sign.as_bytes()));
+    let signature = hex::encode(hmac_sha256(&key, string_to_sign.as_bytes()));
     format!(
         "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed_headers}, Signature={signature}",
         keys.access_key_id
@@ -355,7 +354,7 @@ mod tests {
     #[test]
     fn hmac_matches_rfc_4231_case_2() {
         assert_eq!(
-            to_hex(&hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
+            hex::encode(hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
     }

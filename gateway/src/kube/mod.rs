@@ -68,25 +68,11 @@ pub struct KubeSettings {
 }
 
 /// The operator's controllers run in the gateway (`--embedded-operator`).
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct EmbeddedControllers {
     /// Their settings, from [`crate::cli::Cli::controller_settings`] with the
     /// gateway's metrics registry (the gateway's `/metrics`).
     pub settings: flexinfer_operator::controllers::ControllerSettings,
-}
-
-impl std::fmt::Debug for EmbeddedControllers {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let settings = &self.settings;
-        f.debug_struct("EmbeddedControllers")
-            .field("namespace", &settings.namespace)
-            .field("leader_election", &settings.leader_election)
-            .field("build", &settings.build)
-            .field("check_crds", &settings.check_crds)
-            .field("kv_cache_scrape", &settings.kv_cache_scrape)
-            .field("federation", &settings.federation)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Default for KubeSettings {

@@ -24,6 +24,7 @@ use super::failover::{FailoverGate, Relayed, SUBREQUEST_DRAIN_TIMEOUT};
 use super::plan::ForwardPlan;
 use super::respond::reject;
 use super::upstream::classify_upstream_error;
+use super::usage_headers::UsageHold;
 use super::Gateway;
 use crate::errors::ApiError;
 
@@ -60,7 +61,9 @@ impl Gateway {
             round += 1;
             let next = self.settings.cluster_failover.then(|| plan.again());
             let mut gate = next.as_ref().map(|p| self.failover_gate(p));
-            let Some(mut piped) = self.pipe(session, plan, &mut gate, start).await else {
+            let mut hold = plan.hold_for_usage.then(UsageHold::default);
+            let Some(mut piped) = self.pipe(session, plan, &mut gate, &mut hold, start).await
+            else {
                 return reject(session, ctx, ApiError::internal("subrequests unavailable")).await;
             };
             if let (Some(next), Some(gate)) = (next, &mut gate) {
@@ -97,13 +100,14 @@ impl Gateway {
         }
     }
 
-    /// Runs one subrequest with `plan`, relaying its answer through `gate`;
-    /// `None` when the session cannot spawn subrequests.
+    /// Runs one subrequest with `plan`, relaying its answer through `gate`
+    /// and `hold`; `None` when the session cannot spawn subrequests.
     async fn pipe(
         &self,
         session: &mut Session,
         plan: Box<ForwardPlan>,
         gate: &mut Option<FailoverGate>,
+        hold: &mut Option<UsageHold>,
         start: Instant,
     ) -> Option<Piped> {
         let spawner = session.subrequest_spawner.as_ref()?;
@@ -127,6 +131,9 @@ impl Gateway {
                 let Some(task) = FailoverGate::pass(gate, task, &relay, start) else {
                     return Ok(None);
                 };
+                let Some(task) = UsageHold::pass(hold, task) else {
+                    return Ok(None);
+                };
                 relay.observe(&task, start);
                 Ok(Some(task))
             },
@@ -140,10 +147,15 @@ impl Gateway {
         let mut tasks = Vec::new();
         if let Err(e) = &mut result {
             if let Some(rx) = e.state.pipe_rx.as_mut().filter(|_| e.from_subreq) {
-                while !relay.complete && !gate.as_ref().is_some_and(FailoverGate::held_complete) {
+                while !relay.complete
+                    && !gate.as_ref().is_some_and(FailoverGate::held_complete)
+                    && !hold.as_ref().is_some_and(UsageHold::complete)
+                {
                     match tokio::time::timeout(SUBREQUEST_DRAIN_TIMEOUT, rx.recv()).await {
                         Ok(Some(task)) => {
-                            if let Some(task) = FailoverGate::pass(gate, task, &relay, start) {
+                            let passed = FailoverGate::pass(gate, task, &relay, start)
+                                .and_then(|task| UsageHold::pass(hold, task));
+                            if let Some(task) = passed {
                                 relay.observe(&task, start);
                                 tasks.push(task);
                             }
@@ -152,6 +164,14 @@ impl Gateway {
                     }
                 }
             }
+        }
+        // An answer held for its usage headers goes out whole, or not at
+        // all when it broke off.
+        if let Some(held) = hold.take().and_then(UsageHold::release) {
+            for task in &held {
+                relay.observe(task, start);
+            }
+            tasks.splice(0..0, held);
         }
         Some(Piped {
             result,

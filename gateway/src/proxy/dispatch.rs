@@ -31,7 +31,8 @@ impl Gateway {
                 plan.key_source.as_str(),
             ])
             .inc();
-        if plan.body.is_some() && session.as_ref().retry_buffer_truncated() {
+        let held = plan.hold_for_usage && !route.endpoints.is_empty();
+        if plan.body.is_some() && (held || session.as_ref().retry_buffer_truncated()) {
             return self.forward_buffered(session, ctx, plan).await;
         }
         if route.endpoints.is_empty() {

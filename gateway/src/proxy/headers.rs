@@ -20,12 +20,14 @@ use pingora_error::Result;
 use pingora_http::ResponseHeader;
 
 use super::context::RequestCtx;
+use super::usage_headers;
 use super::Gateway;
 
 impl Gateway {
     /// The gateway's headers on a proxied answer: the request id, the
-    /// answering cluster (global mode), the routing decision (debug), a
-    /// clamped output limit and a tenant's rate-limit state.
+    /// answering cluster (global mode), the routing decision (debug), the
+    /// time to the engine's head (completions), a clamped output limit and
+    /// a tenant's rate-limit state.
     pub(super) fn add_response_headers(
         &self,
         resp: &mut ResponseHeader,
@@ -45,6 +47,10 @@ impl Gateway {
         let Some(plan) = ctx.plan.as_ref() else {
             return Ok(());
         };
+        if let Some(since) = plan.completion_since {
+            let ms = since.elapsed().as_millis().to_string();
+            resp.insert_header(usage_headers::UPSTREAM_MS, ms)?;
+        }
         if let Some(clamped) = plan.clamped.as_deref() {
             resp.insert_header(MAX_TOKENS_CLAMPED, clamped)?;
         }

@@ -36,6 +36,7 @@ mod settings;
 pub mod side_routes;
 mod stream_timing;
 mod upstream;
+mod usage_headers;
 mod window;
 
 use std::sync::Arc;

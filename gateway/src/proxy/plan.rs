@@ -1,10 +1,11 @@
 //! Everything decided about a request before it is forwarded, in the
-//! order of the specification's request sequence: extract the model,
-//! resolve it, apply its limit, admit it (cold start), derive the routing
-//! key, rewrite the body.
+//! order of the request sequence (`ARCHITECTURE.md`, "The request path"):
+//! extract the model, resolve it, apply its limit, admit it (cold start),
+//! derive the routing key, rewrite the body.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -48,6 +49,11 @@ pub struct ForwardPlan {
     pub(super) metering: Option<Box<Metering>>,
     /// `X-FlexInfer-MaxTokens-Clamped`, when the output limit was clamped.
     pub(super) clamped: Option<String>,
+    /// A completion: when the request arrived (`X-Flexinfer-Upstream-Ms`).
+    pub(super) completion_since: Option<Instant>,
+    /// A non-streamed completion whose answer is held back for its usage
+    /// headers (`--usage-headers`, [`super::usage_headers`]).
+    pub(super) hold_for_usage: bool,
     /// Keeps a managed model from an idle stop while this request runs.
     pub(super) _active: Option<ActiveRequest>,
     /// The model's slot, when its concurrency is bounded.
@@ -72,6 +78,8 @@ impl ForwardPlan {
             tried_mask: self.tried_mask.clone(),
             metering: None,
             clamped: self.clamped.clone(),
+            completion_since: self.completion_since,
+            hold_for_usage: false,
             _active: None,
             _permit: None,
             _group: None,
@@ -222,8 +230,14 @@ impl Gateway {
                 edits.replace(c.span.clone(), Bytes::from(c.to.to_string()));
             }
         }
+        let streamed = json.as_ref().is_some_and(|v| v.stream == Some(true));
         drop(json);
         let body = body.map(|b| edits.apply(b));
+        let hold_for_usage = self.settings.usage_headers
+            && completions
+            && !streamed
+            && body.is_some()
+            && !self.settings.cluster_failover;
         Ok(ForwardPlan {
             resolved,
             strategy,
@@ -236,6 +250,8 @@ impl Gateway {
             tried_mask: None,
             metering,
             clamped: clamp.map(|c| c.header()),
+            completion_since: completions.then(|| ctx.start.unwrap_or_else(Instant::now)),
+            hold_for_usage,
             _active: active,
             _permit: permit,
             _group: group,
@@ -458,16 +474,21 @@ impl Gateway {
 
     /// Requests a model serves at once: its endpoints times the requests
     /// each may take (the model's `maxConcurrency`, else the gateway's
-    /// `--max-concurrency-per-endpoint`); unbounded when neither is set.
+    /// `--max-concurrency-per-endpoint`), else what its engines were seen
+    /// to run at most while keeping others waiting (scraped engines of
+    /// `cache-aware` models); unbounded when none of these is known.
     fn capacity(&self, route: &ModelRoute) -> Option<usize> {
         if self.settings.cluster_failover {
             // Member gateways bound their own models' concurrency.
             return None;
         }
-        let per_endpoint = route
+        match route
             .max_concurrency
-            .or(self.settings.max_concurrency_per_endpoint)?;
-        Some(per_endpoint as usize * route.endpoints.len().max(1))
+            .or(self.settings.max_concurrency_per_endpoint)
+        {
+            Some(n) => Some(n as usize * route.endpoints.len().max(1)),
+            None => route.endpoints.engine_capacity(),
+        }
     }
 
     /// The model's routing strategy, unless routing is switched off. The

@@ -46,6 +46,9 @@ pub struct ProxySettings {
     pub max_concurrency_per_endpoint: Option<u32>,
     /// The context-window guard.
     pub window: WindowSettings,
+    /// Hold non-streamed completions' answers back for their usage headers
+    /// (`X-Flexinfer-Prompt-Tokens` and others, [`super::usage_headers`]).
+    pub usage_headers: bool,
 }
 
 /// The context-window guard of models that declare their window.
@@ -92,6 +95,7 @@ impl Default for ProxySettings {
             upstream_authorization: None,
             max_concurrency_per_endpoint: None,
             window: WindowSettings::default(),
+            usage_headers: false,
         }
     }
 }

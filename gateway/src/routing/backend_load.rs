@@ -45,6 +45,9 @@ pub struct BackendLoad {
     kv_permille: AtomicU32,
     /// KV-cache capacity in tokens; 0 = not stated.
     cache_tokens: AtomicU64,
+    /// Requests the engine runs at once, learned from the latest reading
+    /// in which it kept requests waiting; 0 = not seen saturated yet.
+    slots: AtomicU32,
     /// [`now_ms`] after which the reading is stale; 0 = none.
     valid_until: AtomicU64,
     adapters: ArcSwapOption<Vec<String>>,
@@ -70,6 +73,12 @@ impl BackendLoad {
         self.kv_permille.store(permille, Ordering::Relaxed);
         self.cache_tokens
             .store(reading.cache_tokens.unwrap_or(0), Ordering::Relaxed);
+        let slots = self.slots.load(Ordering::Relaxed);
+        if reading.running > 0 && (reading.waiting > 0 || (slots > 0 && reading.running > slots)) {
+            // Requests waited while these ran: that is all it runs at once
+            // (or it ran more than once learned: it grew).
+            self.slots.store(reading.running, Ordering::Relaxed);
+        }
         let adapters = (!reading.adapters.is_empty()).then(|| Arc::new(reading.adapters.clone()));
         self.adapters.store(adapters);
         let until = now_ms() + ttl.as_millis() as u64;
@@ -101,6 +110,13 @@ impl BackendLoad {
     pub fn cache_tokens(&self) -> Option<u64> {
         let tokens = self.cache_tokens.load(Ordering::Relaxed);
         (tokens > 0).then_some(tokens)
+    }
+
+    /// Requests the engine runs at once, as last seen when it kept others
+    /// waiting (kept while it is unreachable: it is configuration).
+    pub fn slots(&self) -> Option<u32> {
+        let slots = self.slots.load(Ordering::Relaxed);
+        (slots > 0).then_some(slots)
     }
 
     /// Whether the engine reported `adapter` loaded in a reading still valid.
@@ -263,6 +279,28 @@ mod tests {
         assert_eq!(r.waiting, 2);
         assert_eq!(r.running, u32::MAX);
         assert_eq!(r.kv_usage, 1.0);
+    }
+
+    #[test]
+    fn slots_are_learned_when_the_engine_keeps_requests_waiting() {
+        let load = BackendLoad::default();
+        let ttl = Duration::from_secs(60);
+        let reading = |running, waiting| LoadReading {
+            running,
+            waiting,
+            ..LoadReading::default()
+        };
+        load.store(&reading(3, 0), ttl);
+        assert_eq!(load.slots(), None, "not saturated: nothing known");
+        load.store(&reading(4, 2), ttl);
+        assert_eq!(load.slots(), Some(4));
+        load.store(&reading(1, 0), ttl);
+        load.clear();
+        assert_eq!(load.slots(), Some(4), "kept while idle or unreachable");
+        load.store(&reading(6, 0), ttl);
+        assert_eq!(load.slots(), Some(6), "it ran more: it grew");
+        load.store(&reading(2, 1), ttl);
+        assert_eq!(load.slots(), Some(2), "restarted smaller");
     }
 
     #[test]

@@ -14,8 +14,8 @@ use super::health::{Change, EndpointHealth, OutlierPolicy, Standing};
 use super::prefix_index::PrefixIndex;
 use super::strategy::{RoutingOptions, Strategy};
 
-/// Virtual nodes per endpoint on the hash ring, as the spec requires; enough
-/// points for an even spread over a handful of pods.
+/// Virtual nodes per endpoint on the hash ring: 150, enough points for an
+/// even spread over a handful of pods.
 pub const VIRTUAL_NODES_PER_ENDPOINT: u32 = 150;
 
 /// Ring node indices are 16-bit, so a set holds at most this many endpoints;
@@ -379,6 +379,20 @@ impl EndpointSet {
     /// When `idx` is not below [`EndpointSet::len`].
     pub fn backend_load(&self, idx: usize) -> &BackendLoad {
         &self.counters[idx].backend
+    }
+
+    /// Requests to let through to all endpoints at once by their engines'
+    /// own account ([`BackendLoad::slots`]): what each runs at once, plus
+    /// one to wait in it, so that an engine that grows can show it. `None`
+    /// until every one was seen saturated.
+    pub fn engine_capacity(&self) -> Option<usize> {
+        if self.counters.is_empty() {
+            return None;
+        }
+        self.counters
+            .iter()
+            .map(|c| c.backend.slots().map(|n| n as usize + 1))
+            .sum()
     }
 
     /// The pick loop behind [`EndpointSet::pick`]: `choose` names the

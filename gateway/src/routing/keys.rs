@@ -28,12 +28,12 @@ pub const SESSION_HASH_MESSAGES: usize = 5;
 pub const SESSION_HASH_MESSAGE_BYTES: usize = 8 * 1024;
 /// How many leading system messages make up the canonical prefix.
 pub const MAX_SYSTEM_SEGMENTS: usize = 3;
-/// Spec default for the longest explicit cache key accepted.
+/// Default for the longest explicit cache key accepted.
 pub const DEFAULT_EXPLICIT_KEY_MAX_LEN: usize = 128;
-/// Spec default (`PROXY_ROUTING_SYSTEM_SEGMENT_MAX_LENGTH`) for the
+/// Default (`PROXY_ROUTING_SYSTEM_SEGMENT_MAX_LENGTH`) for the
 /// characters of each system message in the canonical prefix.
 pub const DEFAULT_SYSTEM_SEGMENT_MAX_LEN: usize = 512;
-/// Spec default (`PROXY_ROUTING_DOCUMENT_SEGMENT_MAX_LENGTH`) for the
+/// Default (`PROXY_ROUTING_DOCUMENT_SEGMENT_MAX_LENGTH`) for the
 /// characters of document context in the canonical prefix.
 pub const DEFAULT_DOCUMENT_SEGMENT_MAX_LEN: usize = 256;
 /// Characters of the first user message (or completion prompt) that key a
@@ -41,7 +41,7 @@ pub const DEFAULT_DOCUMENT_SEGMENT_MAX_LEN: usize = 256;
 pub const DEFAULT_FIRST_TURN_MAX_LEN: usize = 512;
 
 /// Length limits for prefix keys, overridable by config; the defaults are the
-/// spec's.
+/// `DEFAULT_*` constants above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyLimits {
     /// Longest explicit cache key (header or body) accepted; longer ones are
@@ -58,7 +58,7 @@ pub struct KeyLimits {
 }
 
 impl KeyLimits {
-    /// The spec defaults, usable in constants.
+    /// The default limits, usable in constants.
     pub const DEFAULT: KeyLimits = KeyLimits {
         explicit_key_max_len: DEFAULT_EXPLICIT_KEY_MAX_LEN,
         system_segment_max_len: DEFAULT_SYSTEM_SEGMENT_MAX_LEN,
@@ -179,7 +179,7 @@ pub fn session_key(headers: &HeaderMap, body: &RoutingInputs<'_>) -> Option<(Str
     Some((short_key("msg:", digest.hasher), KeySource::SessionMessages))
 }
 
-/// The prefix key for prefix routing with the spec's limits; see
+/// The prefix key for prefix routing with the default limits; see
 /// [`prefix_key_with_limits`].
 pub fn prefix_key(headers: &HeaderMap, body: &RoutingInputs<'_>) -> Option<(String, KeySource)> {
     prefix_key_with_limits(headers, body, &KeyLimits::DEFAULT)

@@ -7,18 +7,16 @@ use flexinfer_crds::labels;
 use flexinfer_crds::v1alpha2::{CacheStrategy, ModelSource};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, HostPathVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    Container, HostPathVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
+    PodSpec, PodTemplateSpec, ResourceRequirements, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::deployment::env_var;
-use super::{gpu_toleration, oci, ModelPlan, CLEANUP_IMAGE, MODELS_MOUNT, PREFETCH_IMAGE};
+use super::download::{download_job, DownloadSource, HfDownload};
+use super::{gpu_toleration, oci, ModelPlan, CLEANUP_IMAGE, MODELS_MOUNT};
 
-/// Marker file a finished prefetch leaves in the model directory.
-pub const CACHED_MARKER: &str = ".flexinfer_cached";
 /// Container name of quantization Jobs (its termination message carries
 /// the result).
 pub const QUANTIZER: &str = "quantizer";
@@ -55,22 +53,12 @@ pub fn cache_pvc(plan: &ModelPlan<'_>) -> Option<PersistentVolumeClaim> {
         return None;
     }
     let cache = plan.spec.cache.clone().unwrap_or_default();
-    Some(PersistentVolumeClaim {
-        metadata: plan.meta(plan.cache_pvc_name()),
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-            storage_class_name: Some(cache.storage_class),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([(
-                    "storage".to_owned(),
-                    Quantity(cache.size),
-                )])),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    })
+    Some(super::download::cache_pvc(
+        plan.meta(plan.cache_pvc_name()),
+        "ReadWriteOnce",
+        Some(cache.storage_class),
+        cache.size,
+    ))
 }
 
 fn job_meta(plan: &ModelPlan<'_>, name: String, kind: &str) -> ObjectMeta {
@@ -111,66 +99,32 @@ pub fn prefetch_job(plan: &ModelPlan<'_>) -> Option<Job> {
     if !plan.needs_prefetch() {
         return None;
     }
-    let (container, mut volumes, security_context) = match plan.source() {
-        ModelSource::HuggingFace { repo } => (hf_container(plan, &repo), Vec::new(), None),
-        ModelSource::Oci { reference } => {
-            let pull = oci::pull(
-                &reference,
-                &plan.cache_dest(),
-                &plan.settings.flash_loader_image,
-                plan.spec.config_str(oci::SECRET_CONFIG_KEY),
-                cache_mount(),
-            );
-            (
-                pull.container,
-                pull.volume.into_iter().collect(),
-                Some(oci::security_context()),
-            )
-        }
+    let source = plan.source();
+    let download = match &source {
+        ModelSource::HuggingFace { repo } => DownloadSource::HuggingFace(hf_download(plan, repo)),
+        ModelSource::Oci { reference } => DownloadSource::Oci {
+            reference,
+            flash_loader_image: &plan.settings.flash_loader_image,
+            secret: plan.spec.config_str(oci::SECRET_CONFIG_KEY),
+        },
         _ => return None,
     };
-    volumes.insert(0, cache_volume(plan));
-    Some(Job {
-        metadata: job_meta(
+    Some(download_job(
+        job_meta(
             plan,
             prefetch_job_name(&plan.name),
             labels::CACHE_KIND_PREFETCH,
         ),
-        spec: Some(JobSpec {
-            backoff_limit: Some(3),
-            template: PodTemplateSpec {
-                metadata: None,
-                spec: Some(PodSpec {
-                    restart_policy: Some("OnFailure".to_owned()),
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    security_context,
-                    ..Default::default()
-                }),
-            },
-            ..Default::default()
-        }),
-        status: None,
-    })
+        &download,
+        &plan.cache_dest(),
+        cache_volume(plan),
+        cache_mount(),
+    ))
 }
 
-/// The container downloading a Hugging Face repository.
-fn hf_container(plan: &ModelPlan<'_>, repo: &str) -> Container {
-    let dest = plan.cache_dest();
-    let script = format!(
-        "set -e\nif [ -f \"$DEST/{CACHED_MARKER}\" ]; then echo cached; exit 0; fi\n\
-         pip install --quiet huggingface_hub\n\
-         python -c \"import json,os; from huggingface_hub import snapshot_download; \
-         allow=json.loads(os.environ.get('HF_ALLOW_PATTERNS') or 'null'); \
-         snapshot_download(os.environ['HF_REPO'], local_dir=os.environ['DEST'], allow_patterns=allow, revision=os.environ.get('HF_REVISION') or None)\"\n\
-         touch \"$DEST/{CACHED_MARKER}\"\n"
-    );
-    let mut env = vec![
-        env_var("HF_REPO", repo),
-        env_var("DEST", &dest),
-        env_var("HF_HUB_ENABLE_HF_TRANSFER", "0"),
-        env_var("HF_HOME", &format!("{MODELS_MOUNT}/.cache/huggingface")),
-    ];
+/// What a Hugging Face prefetch downloads: `config.hfAllowPatterns` plus
+/// the `ggufFile` and `mmproj` files, at `config.hfRevision`.
+fn hf_download<'p>(plan: &'p ModelPlan<'_>, repo: &'p str) -> HfDownload<'p> {
     let mut allow: Vec<String> = plan
         .spec
         .config_value("hfAllowPatterns")
@@ -186,33 +140,13 @@ fn hf_container(plan: &ModelPlan<'_>, repo: &str) -> Container {
             allow.push(file.to_owned());
         }
     }
-    if !allow.is_empty() {
-        env.push(env_var(
-            "HF_ALLOW_PATTERNS",
-            &serde_json::Value::from(allow).to_string(),
-        ));
-    }
-    if let Some(rev) = plan.spec.config_str("hfRevision").filter(|r| !r.is_empty()) {
-        env.push(env_var("HF_REVISION", rev));
-    }
-    Container {
-        name: "downloader".to_owned(),
-        image: Some(PREFETCH_IMAGE.to_owned()),
-        command: Some(vec!["sh".to_owned(), "-c".to_owned(), script]),
-        env: Some(env),
-        resources: Some(ResourceRequirements {
-            requests: Some(BTreeMap::from([
-                ("cpu".to_owned(), Quantity("100m".to_owned())),
-                ("memory".to_owned(), Quantity("1Gi".to_owned())),
-            ])),
-            limits: Some(BTreeMap::from([(
-                "memory".to_owned(),
-                Quantity("8Gi".to_owned()),
-            )])),
-            ..Default::default()
-        }),
-        volume_mounts: Some(vec![cache_mount()]),
-        ..Default::default()
+    HfDownload {
+        repo,
+        allow_patterns: allow,
+        revision: plan.spec.config_str("hfRevision"),
+        token_secret: None,
+        hf_home: Some(format!("{MODELS_MOUNT}/.cache/huggingface")),
+        memory: ("1Gi", "8Gi"),
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod args;
 pub mod cache;
 pub mod deployment;
+pub mod download;
 pub mod model_cache;
 pub mod oci;
 pub mod service;
@@ -30,8 +31,6 @@ pub const DEFAULT_FLASH_LOADER_IMAGE: &str = "registry.harbor.lan/flexinfer/flas
 pub const DEFAULT_QUANTIZER_IMAGE: &str = "registry.harbor.lan/flexinfer/quantizer:latest";
 /// Default size limit of the `/dev/shm` volume of model pods.
 pub const DEFAULT_SHM_SIZE_LIMIT: &str = "8Gi";
-/// Image of the prefetch Job for Hugging Face sources.
-pub const PREFETCH_IMAGE: &str = "python:3.10-slim";
 /// Image of the tmpfs cleanup Job.
 pub const CLEANUP_IMAGE: &str = "busybox:1.37";
 /// Annotation holding a digest of the applied desired object, so that an

@@ -4,21 +4,17 @@
 use std::collections::BTreeMap;
 
 use flexinfer_crds::v1alpha1::ModelCache;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SecretKeySelector, Volume, VolumeMount, VolumeResourceRequirements,
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use super::deployment::env_var;
-use super::{oci, BuildSettings};
+use super::download::{cache_pvc, DownloadSource, HfDownload};
+use super::BuildSettings;
 
-/// Image of Hugging Face downloads.
-pub const HF_IMAGE: &str = "python:3.10-slim";
+pub use super::download::HF_IMAGE;
 
 /// Name of the PVC holding the cache.
 pub fn pvc_name(cache: &ModelCache) -> String {
@@ -75,31 +71,22 @@ pub fn pvc(cache: &ModelCache) -> Option<PersistentVolumeClaim> {
     {
         return None;
     }
-    Some(PersistentVolumeClaim {
-        metadata: meta(cache, pvc_name(cache)),
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteMany".to_owned()]),
-            storage_class_name: cache.spec.cluster_storage_class_name.clone(),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([(
-                    "storage".to_owned(),
-                    Quantity(cache.spec.storage_size.clone()),
-                )])),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    })
+    Some(cache_pvc(
+        meta(cache, pvc_name(cache)),
+        "ReadWriteMany",
+        cache.spec.cluster_storage_class_name.clone(),
+        cache.spec.storage_size.clone(),
+    ))
 }
 
 /// The Job downloading the source into the PVC: `flexinfer-flashload
 /// pull` (from the flash-loader image of `settings`) for `oci://` and
 /// `oras://` sources, with `ociRegistrySecretRef` mounted; a Hugging Face
-/// download otherwise.
+/// download (authenticated by the `HF_TOKEN` key of `secretRef`) otherwise.
 pub fn download_job(cache: &ModelCache, settings: &BuildSettings) -> Job {
     let dest = format!("/models/{}", model_path(cache));
-    let source = cache.spec.source.trim().to_owned();
+    let source = cache.spec.source.trim();
+    let reference = source.split_once("://").map_or(source, |(_, r)| r);
     let store_mount = VolumeMount {
         name: "model-store".to_owned(),
         mount_path: "/models".to_owned(),
@@ -113,100 +100,26 @@ pub fn download_job(cache: &ModelCache, settings: &BuildSettings) -> Job {
         }),
         ..Default::default()
     };
-    if cache.spec.is_oci_source() {
-        let reference = source
-            .split_once("://")
-            .map_or(source.as_str(), |(_, r)| r)
-            .to_owned();
-        let pull = oci::pull(
-            &reference,
-            &dest,
-            &settings.flash_loader_image,
-            cache.spec.oci_registry_secret_ref.as_deref(),
-            store_mount,
-        );
-        let mut meta = meta(cache, job_name(cache));
+    let mut meta = meta(cache, job_name(cache));
+    let download = if cache.spec.is_oci_source() {
         if let Some(labels) = meta.labels.as_mut() {
             labels.insert(
                 "app.kubernetes.io/component".to_owned(),
                 "oci-puller".to_owned(),
             );
         }
-        return Job {
-            metadata: meta,
-            spec: Some(JobSpec {
-                backoff_limit: Some(3),
-                template: PodTemplateSpec {
-                    metadata: None,
-                    spec: Some(PodSpec {
-                        restart_policy: Some("OnFailure".to_owned()),
-                        containers: vec![pull.container],
-                        volumes: Some(std::iter::once(store_volume).chain(pull.volume).collect()),
-                        security_context: Some(oci::security_context()),
-                        ..Default::default()
-                    }),
-                },
-                ..Default::default()
-            }),
-            status: None,
-        };
-    }
-    let repo = source
-        .split_once("://")
-        .map_or(source.as_str(), |(_, r)| r)
-        .to_owned();
-    let script = format!("set -e\nif [ -n \"$(ls -A \"$DEST\" 2>/dev/null)\" ]; then echo cached; exit 0; fi\npip install --quiet huggingface_hub\npython -c \"import os; from huggingface_hub import snapshot_download; snapshot_download('{repo}', local_dir=os.environ['DEST'])\"\n");
-    let mut env = vec![
-        env_var("DEST", &dest),
-        env_var("HF_HUB_ENABLE_HF_TRANSFER", "0"),
-    ];
-    if let Some(secret) = cache.spec.secret_ref.clone().filter(|s| !s.is_empty()) {
-        env.push(EnvVar {
-            name: "HF_TOKEN".to_owned(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: secret,
-                    key: "HF_TOKEN".to_owned(),
-                    optional: Some(true),
-                }),
-                ..Default::default()
-            }),
+        DownloadSource::Oci {
+            reference,
+            flash_loader_image: &settings.flash_loader_image,
+            secret: cache.spec.oci_registry_secret_ref.as_deref(),
+        }
+    } else {
+        DownloadSource::HuggingFace(HfDownload {
+            repo: reference,
+            token_secret: cache.spec.secret_ref.as_deref(),
+            memory: ("512Mi", "2Gi"),
             ..Default::default()
-        });
-    }
-    Job {
-        metadata: meta(cache, job_name(cache)),
-        spec: Some(JobSpec {
-            backoff_limit: Some(3),
-            template: PodTemplateSpec {
-                metadata: None,
-                spec: Some(PodSpec {
-                    restart_policy: Some("OnFailure".to_owned()),
-                    containers: vec![Container {
-                        name: "downloader".to_owned(),
-                        image: Some(HF_IMAGE.to_owned()),
-                        command: Some(vec!["sh".to_owned(), "-c".to_owned(), script]),
-                        env: Some(env),
-                        resources: Some(ResourceRequirements {
-                            requests: Some(BTreeMap::from([
-                                ("cpu".to_owned(), Quantity("100m".to_owned())),
-                                ("memory".to_owned(), Quantity("512Mi".to_owned())),
-                            ])),
-                            limits: Some(BTreeMap::from([(
-                                "memory".to_owned(),
-                                Quantity("2Gi".to_owned()),
-                            )])),
-                            ..Default::default()
-                        }),
-                        volume_mounts: Some(vec![store_mount]),
-                        ..Default::default()
-                    }],
-                    volumes: Some(vec![store_volume]),
-                    ..Default::default()
-                }),
-            },
-            ..Default::default()
-        }),
-        status: None,
-    }
+        })
+    };
+    super::download::download_job(meta, &download, &dest, store_volume, store_mount)
 }

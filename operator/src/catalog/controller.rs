@@ -12,13 +12,13 @@ use flexinfer_crds::v1alpha2::{CatalogEntry, ModelCatalog, ModelCatalogStatus, R
 use flexinfer_flashload::oci::credentials::from_docker_config;
 use flexinfer_flashload::oci::{ecr, Credentials};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::sync;
+use crate::controllers::apply::apply_status;
 use crate::controllers::conditions::{from_time, sort_conditions, to_time, Conditions};
 use crate::controllers::{check_crds_named, Context, Error};
 
@@ -155,18 +155,7 @@ async fn reconcile_inner(catalog: Arc<ModelCatalog>, ctx: Arc<Context>) -> Resul
         last_sync_time: Some(to_time(now)),
         conditions: conds.into_vec(),
     };
-    let patch = json!({
-        "apiVersion": "ai.flexinfer/v1alpha2",
-        "kind": "ModelCatalog",
-        "metadata": {"name": name},
-        "status": status,
-    });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    apply_status(&api, MANAGER, &catalog, &prev, &status).await?;
     let was_ok = prev
         .conditions
         .iter()

@@ -40,7 +40,7 @@ pub fn is_subset(desired: &Value, actual: &Value) -> bool {
 /// Digest of a desired object (16 hex digits).
 pub fn digest(value: &Value) -> String {
     let hash = Sha256::digest(value.to_string().as_bytes());
-    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    hex::encode(&hash[..8])
 }
 
 /// Adds the digest annotation to a serialized desired object.
@@ -108,6 +108,39 @@ where
         object,
         wrote: true,
     })
+}
+
+/// Applies `status` to `object`'s status subresource (server-side apply
+/// as `manager`, forced) unless `current` serializes the same. Returns
+/// whether a write was sent.
+pub async fn apply_status<K, S>(
+    api: &Api<K>,
+    manager: &str,
+    object: &K,
+    current: &S,
+    status: &S,
+) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    S: Serialize,
+{
+    if serde_json::to_value(current)? == serde_json::to_value(status)? {
+        return Ok(false);
+    }
+    let name = object.meta().name.clone().unwrap_or_default();
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {"name": name},
+        "status": status,
+    });
+    api.patch_status(
+        &name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -24,12 +24,12 @@ use std::time::{Duration, Instant};
 
 use flexinfer_crds::v1alpha2::{Cluster, ClusterModelStatus, ClusterPhase, ClusterStatus, Model};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{watcher, Controller};
 use kube::{Client, Resource, ResourceExt};
-use serde_json::json;
 
+use super::apply::apply_status;
 use super::conditions::{sort_conditions, to_time, Conditions};
 use super::federation::FederationContext;
 use super::member_clients::MemberError;
@@ -383,22 +383,7 @@ async fn write_status(
 ) -> Result<bool, Error> {
     let mut current = cluster.status.clone().unwrap_or_default();
     sort_conditions(&mut current.conditions);
-    if serde_json::to_value(&current)? == serde_json::to_value(status)? {
-        return Ok(false);
-    }
-    let patch = json!({
-        "apiVersion": "ai.flexinfer/v1alpha2",
-        "kind": "Cluster",
-        "metadata": {"name": cluster.name_any()},
-        "status": status,
-    });
-    api.patch_status(
-        &cluster.name_any(),
-        &PatchParams::apply(STATUS_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(true)
+    apply_status(api, STATUS_MANAGER, cluster, &current, status).await
 }
 
 #[cfg(test)]

@@ -34,9 +34,8 @@ use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
-use super::apply::{up_to_date, with_digest};
+use super::apply::{apply_status, up_to_date, with_digest};
 use super::conditions::{sort_conditions, Conditions};
 use super::federation::FederationContext;
 use super::Error;
@@ -624,22 +623,7 @@ async fn write_status(
 ) -> Result<bool, Error> {
     let mut current = fm.status.clone().unwrap_or_default();
     sort_conditions(&mut current.conditions);
-    if serde_json::to_value(&current)? == serde_json::to_value(status)? {
-        return Ok(false);
-    }
-    let patch = json!({
-        "apiVersion": "ai.flexinfer/v1alpha2",
-        "kind": "FederatedModel",
-        "metadata": {"name": fm.name_any()},
-        "status": status,
-    });
-    api.patch_status(
-        &fm.name_any(),
-        &PatchParams::apply(STATUS_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(true)
+    apply_status(api, STATUS_MANAGER, fm, &current, status).await
 }
 
 #[cfg(test)]

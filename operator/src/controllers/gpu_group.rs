@@ -24,7 +24,7 @@ use crate::policy::gpu_group::{decide, GpuGroupPolicy, GroupDecision, GroupMembe
 
 /// Field manager of the GPUGroup controller.
 pub const MANAGER: &str = "flexinfer-gpugroup-controller";
-/// Requeue of a settled group (spec `requeueShort`).
+/// Requeue of a settled group.
 pub const REQUEUE: Duration = Duration::from_secs(5);
 
 /// Runs the GPUGroup controller until `shutdown` completes.

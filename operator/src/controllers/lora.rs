@@ -13,7 +13,7 @@ use flexinfer_crds::v1alpha2::{
     VLLM_UNLOAD_LORA_PATH,
 };
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::{watcher, Controller};
@@ -214,27 +214,14 @@ async fn load(lora: Arc<LoRAAdapter>, ctx: Arc<Context>) -> Result<Action, Error
         total_replicas: Some(total),
         message: Some(message.clone()),
     };
-    if serde_json::to_value(&prev)? != serde_json::to_value(&status)? {
-        let api: Api<LoRAAdapter> = ctx.api(&ns);
-        let patch = json!({
-            "apiVersion": "ai.flexinfer/v1alpha2",
-            "kind": "LoRAAdapter",
-            "metadata": {"name": lora.name_any()},
-            "status": status,
-        });
-        api.patch_status(
-            &lora.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-        if prev.phase != Some(phase) {
-            let obj = lora.object_ref(&());
-            match phase {
-                LoRAAdapterPhase::Failed => ctx.events.warning(&obj, "LoRAFailed", message).await,
-                LoRAAdapterPhase::Loaded => ctx.events.normal(&obj, "LoRALoaded", message).await,
-                _ => {}
-            }
+    let api: Api<LoRAAdapter> = ctx.api(&ns);
+    let written = super::apply::apply_status(&api, MANAGER, &lora, &prev, &status).await?;
+    if written && prev.phase != Some(phase) {
+        let obj = lora.object_ref(&());
+        match phase {
+            LoRAAdapterPhase::Failed => ctx.events.warning(&obj, "LoRAFailed", message).await,
+            LoRAAdapterPhase::Loaded => ctx.events.normal(&obj, "LoRALoaded", message).await,
+            _ => {}
         }
     }
     Ok(Action::requeue(REQUEUE))

@@ -80,8 +80,8 @@ impl Error {
     }
 }
 
-/// What the embedding process configures. `Default` gives the spec's
-/// defaults, no leader election, all namespaces and the system clock.
+/// What the embedding process configures. `Default` gives the default
+/// builder settings, no leader election, all namespaces and the system clock.
 #[derive(Clone)]
 pub struct ControllerSettings {
     /// Builder knobs (scheduler name, helper images).
@@ -131,6 +131,8 @@ impl std::fmt::Debug for ControllerSettings {
             .field("namespace", &self.namespace)
             .field("leader_election", &self.leader_election)
             .field("check_crds", &self.check_crds)
+            .field("kv_cache_scrape", &self.kv_cache_scrape)
+            .field("reporter", &self.reporter)
             .field("federation", &self.federation)
             .finish_non_exhaustive()
     }

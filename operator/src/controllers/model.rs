@@ -22,15 +22,14 @@ use flexinfer_crds::v1alpha2::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
-use super::apply::apply_owned;
+use super::apply::{apply_owned, apply_status};
 use super::conditions::{from_time, sort_conditions, to_time, Conditions};
 use super::{Context, Error, REQUEUE};
 use crate::build::{self, cache as cache_build, service::endpoint, ModelPlan};
@@ -42,7 +41,7 @@ use crate::policy::shared_gpu::{
 
 /// Field manager of everything the Model controller writes.
 pub const MANAGER: &str = "flexinfer-model-controller";
-/// Requeue while a shared-group swap settles (spec `requeueFast`).
+/// Requeue while a shared-group swap settles.
 pub const REQUEUE_FAST: Duration = Duration::from_secs(3);
 /// Failed pods older than this are deleted.
 pub const FAILED_POD_CUTOFF: Duration = Duration::from_secs(300);
@@ -529,22 +528,7 @@ pub async fn write_status(
     let mut current = model.status.clone().unwrap_or_default();
     current.last_active_time = None;
     sort_conditions(&mut current.conditions);
-    if serde_json::to_value(&current)? == serde_json::to_value(&desired)? {
-        return Ok(false);
-    }
-    let patch = json!({
-        "apiVersion": "ai.flexinfer/v1alpha2",
-        "kind": "Model",
-        "metadata": {"name": model.name_any()},
-        "status": desired,
-    });
-    api.patch_status(
-        &model.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(true)
+    apply_status(api, MANAGER, model, &current, &desired).await
 }
 
 /// Status being assembled in one reconcile.

@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 use flexinfer_crds::v1alpha1::{ModelCache, ModelCachePhase, ModelCacheStatus, StorageStrategy};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::apply::apply_owned;
 use super::conditions::Conditions;
@@ -130,27 +129,16 @@ async fn reconcile_inner(cache: Arc<ModelCache>, ctx: Arc<Context>) -> Result<Ac
     );
     status.phase = Some(phase);
     status.conditions = conds.into_vec();
-    if serde_json::to_value(&prev)? != serde_json::to_value(&status)? {
-        let mut desired = status.clone();
-        desired.last_access_time = None;
-        let patch = json!({
-            "apiVersion": "ai.flexinfer/v1alpha1",
-            "kind": "ModelCache",
-            "metadata": {"name": cache.name_any()},
-            "status": desired,
-        });
-        api.patch_status(
-            &cache.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-        if prev.phase != Some(phase) {
-            match phase {
-                ModelCachePhase::Ready => ctx.events.normal(&obj, "CacheReady", message).await,
-                ModelCachePhase::Failed => ctx.events.warning(&obj, "CacheFailed", message).await,
-                _ => {}
-            }
+    let mut desired = status.clone();
+    desired.last_access_time = None;
+    let mut current = prev.clone();
+    current.last_access_time = None;
+    let written = super::apply::apply_status(&api, MANAGER, &cache, &current, &desired).await?;
+    if written && prev.phase != Some(phase) {
+        match phase {
+            ModelCachePhase::Ready => ctx.events.normal(&obj, "CacheReady", message).await,
+            ModelCachePhase::Failed => ctx.events.warning(&obj, "CacheFailed", message).await,
+            _ => {}
         }
     }
     Ok(match phase {

@@ -266,20 +266,5 @@ async fn write_status(
     let mut current = md.status.clone().unwrap_or_default();
     current.last_access_time = None;
     super::conditions::sort_conditions(&mut current.conditions);
-    if serde_json::to_value(&current)? == serde_json::to_value(&desired)? {
-        return Ok(false);
-    }
-    let patch = json!({
-        "apiVersion": "ai.flexinfer/v1alpha1",
-        "kind": "ModelDeployment",
-        "metadata": {"name": md.name_any()},
-        "status": desired,
-    });
-    api.patch_status(
-        &md.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(true)
+    super::apply::apply_status(api, MANAGER, md, &current, &desired).await
 }

@@ -58,7 +58,7 @@ pub struct LocalModelSpec {
 
 impl LocalModelSpec {
     /// A spec with the defaults: health path `/health`, a 60 s startup
-    /// timeout, a 10 s stop grace, the spec's serverless defaults, no group.
+    /// timeout, a 10 s stop grace, the default serverless policy, no group.
     pub fn new(name: impl Into<String>, command: impl Into<String>, port: u16) -> Self {
         Self {
             name: name.into(),

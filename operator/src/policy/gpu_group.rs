@@ -18,7 +18,7 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Requeue interval while a swap is blocked.
 pub const BLOCKED_REQUEUE: Duration = Duration::from_secs(10);
 
-/// Anti-thrashing settings of a group; defaults are the spec's.
+/// Anti-thrashing settings of a group; defaults are the `DEFAULT_*` constants above.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GpuGroupPolicy {
     /// Whether the anti-thrashing rules apply.

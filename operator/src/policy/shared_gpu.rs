@@ -16,7 +16,7 @@ pub const DEFAULT_SWAP_COOLDOWN: Duration = Duration::from_secs(300);
 /// Queued requests needed before demand counts.
 pub const DEFAULT_QUEUE_THRESHOLD: u32 = 1;
 
-/// Tunables of a shared group; defaults are the spec's.
+/// Tunables of a shared group; defaults are the `DEFAULT_*` constants above.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedGroupPolicy {
     /// Demand older than this is ignored.

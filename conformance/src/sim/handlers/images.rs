@@ -17,7 +17,6 @@ use crate::sim::generation::Pacer;
 use crate::sim::metrics::FinishReason;
 use crate::sim::multipart;
 use crate::sim::protocol::{parse_json, ImageRequest};
-use crate::sim::recorder::hex;
 use crate::sim::state::{unix_now, SimState};
 use crate::sim::synth;
 
@@ -89,7 +88,10 @@ pub async fn edit(
         response_format: form.text("response_format").map(str::to_owned),
     };
     let model = state.models.resolve(request.model.as_deref())?;
-    let seed = format!("{model}\n{prompt}\n{}", hex(&Sha256::digest(&image.data)));
+    let seed = format!(
+        "{model}\n{prompt}\n{}",
+        hex::encode(Sha256::digest(&image.data))
+    );
     answer(&state, &request, &seed).await
 }
 
