@@ -1,7 +1,7 @@
 //! The properties the gateway's request inspection must keep on any input.
 //!
 //! Shared by the libFuzzer target (`fuzz_targets/extract.rs`) and the
-//! bounded stable-toolchain run (`gateway/tests/fuzz_extract.rs`), which
+//! bounded stable-toolchain run (`gateway/tests/gateway/fuzz_extract.rs`), which
 //! include this file with `#[path]`. Every check panics on a violation,
 //! which is what both drivers report.
 

@@ -9,10 +9,10 @@ cd "$(dirname "$0")/.."
 need_pkgs=()
 command -v cmake >/dev/null 2>&1 || need_pkgs+=(cmake)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3 python3-venv)
-# Prometheus and promtool for the metrics lane (gateway/tests/prometheus.rs).
+# Prometheus and promtool for the metrics lane (gateway/tests/gateway/prometheus.rs).
 command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
 # A real OCI registry on loopback and htpasswd for its auth instance
-# (flashload/tests/oci_registry.rs, operator/tests/model_catalog.rs).
+# (flashload/tests/flashload/oci_registry.rs, operator/tests/operator/model_catalog.rs).
 [ -x /usr/bin/docker-registry ] || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
@@ -44,7 +44,7 @@ then
 fi
 
 # Anthropic's Python SDK, driven through the gateway's /v1/messages
-# (gateway/tests/openai_sdk.rs).
+# (gateway/tests/gateway/openai_sdk.rs).
 sdk_pkgs=('anthropic==2.10.0')
 if ! .venv/bin/python - "${sdk_pkgs[@]}" >/dev/null 2>&1 <<'PY'
 import sys

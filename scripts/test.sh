@@ -16,12 +16,12 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Every binary first: lanes that run several components as processes find them.
 cargo build --workspace --bins
-# The fault lane (gateway/tests/faults.rs): dead, black-holed and killed
+# The fault lane (gateway/tests/gateway/faults.rs): dead, black-holed and killed
 # endpoints, backends that close before answering, slow, oversized and
 # malformed requests, private backend routes, a gateway killed under its
 # model processes.
-cargo test -p flexinfer-gateway --test faults --no-fail-fast
-# Everything else, the chart scenario lane (gateway/tests/chart_scenarios.rs)
+cargo test -p flexinfer-gateway --test gateway --no-fail-fast -- fault_lane::
+# Everything else, the chart scenario lane (gateway/tests/gateway/chart_scenarios.rs)
 # included.
 cargo test --workspace --no-fail-fast -- --skip fault_lane::
 # The conformance suite's quick profile against a gateway and simulator started on loopback.

@@ -614,9 +614,8 @@ impl Cli {
         image_overrides: BTreeMap<String, String>,
     ) -> ControllerSettings {
         let leader_election = self.leader_elect.then(|| {
-            let mut election = LeaderElection::new(&self.pod_namespace, identity);
-            election.lease_name = self.leader_election_lease.clone();
-            election
+            LeaderElection::new(&self.pod_namespace, identity)
+                .with_lease(&self.leader_election_lease)
         });
         let mut settings = self.controllers.controller_settings(
             self.controller_namespace(),

@@ -90,9 +90,8 @@ impl Cli {
         image_overrides: BTreeMap<String, String>,
     ) -> ControllerSettings {
         let leader_election = self.leader_elect.then(|| {
-            let mut le = LeaderElection::new(&self.leader_election_namespace, identity);
-            le.lease_name = self.leader_election_id.clone();
-            le
+            LeaderElection::new(&self.leader_election_namespace, identity)
+                .with_lease(&self.leader_election_id)
         });
         self.controllers.controller_settings(
             self.namespace.clone(),
@@ -127,7 +126,7 @@ impl Cli {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::BuildSettings;
+    use crate::desired::BuildSettings;
     use clap::CommandFactory;
 
     #[test]

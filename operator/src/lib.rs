@@ -7,7 +7,7 @@
 //!
 //! - [`policy`]: replicas, shared-GPU leader choice, GPUGroup anti-thrashing.
 //! - [`placement`]: GPU detection from node labels and compatibility checks.
-//! - [`build`]: Deployment, Service, PVC and Job builders (pure).
+//! - [`desired`]: the desired Deployments, Services, PVCs and Jobs of a model (pure builders).
 //! - [`controllers`]: the Kubernetes controllers (kube-runtime), with the
 //!   library entry point [`controllers::run`].
 //! - [`lifecycle`]: a model's phase as the request path waits on it, in
@@ -20,10 +20,10 @@
 //! - [`federation`]: cluster selection, replica split and capacity for the
 //!   federation controllers.
 
-pub mod build;
 pub mod catalog;
 pub mod cli;
 pub mod controllers;
+pub mod desired;
 pub mod federation;
 pub mod lifecycle;
 pub mod local;

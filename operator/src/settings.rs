@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use clap::Args;
 
-use crate::build::{self, BuildSettings};
 use crate::controllers::{federation, ControllerSettings, LeaderElection};
+use crate::desired::{self, BuildSettings};
 
 /// Options of the controllers that are not process plumbing (namespace,
 /// Lease, listeners and logging belong to each binary).
@@ -22,13 +22,13 @@ pub struct ControllerArgs {
     #[arg(long, env = "FLEXINFER_SCHEDULER_NAME")]
     pub scheduler_name: Option<String>,
     /// Image of the flash-loader init container.
-    #[arg(long, env = "DEFAULT_FLASH_LOADER_IMAGE", default_value = build::DEFAULT_FLASH_LOADER_IMAGE)]
+    #[arg(long, env = "DEFAULT_FLASH_LOADER_IMAGE", default_value = desired::DEFAULT_FLASH_LOADER_IMAGE)]
     pub flash_loader_image: String,
     /// Image of quantization Jobs.
-    #[arg(long, env = "DEFAULT_QUANTIZER_IMAGE", default_value = build::DEFAULT_QUANTIZER_IMAGE)]
+    #[arg(long, env = "DEFAULT_QUANTIZER_IMAGE", default_value = desired::DEFAULT_QUANTIZER_IMAGE)]
     pub quantizer_image: String,
     /// Size limit of the /dev/shm volume of model pods.
-    #[arg(long, env = "DEFAULT_SHM_SIZE_LIMIT", default_value = build::DEFAULT_SHM_SIZE_LIMIT)]
+    #[arg(long, env = "DEFAULT_SHM_SIZE_LIMIT", default_value = desired::DEFAULT_SHM_SIZE_LIMIT)]
     pub shm_size_limit: String,
     /// Start even when the FlexInfer CRDs are not installed.
     #[arg(long, default_value_t = false)]
@@ -51,9 +51,9 @@ impl Default for ControllerArgs {
     fn default() -> Self {
         Self {
             scheduler_name: None,
-            flash_loader_image: build::DEFAULT_FLASH_LOADER_IMAGE.to_owned(),
-            quantizer_image: build::DEFAULT_QUANTIZER_IMAGE.to_owned(),
-            shm_size_limit: build::DEFAULT_SHM_SIZE_LIMIT.to_owned(),
+            flash_loader_image: desired::DEFAULT_FLASH_LOADER_IMAGE.to_owned(),
+            quantizer_image: desired::DEFAULT_QUANTIZER_IMAGE.to_owned(),
+            shm_size_limit: desired::DEFAULT_SHM_SIZE_LIMIT.to_owned(),
             skip_crd_check: false,
             no_kv_cache_scrape: false,
             federation: false,

@@ -16,7 +16,7 @@
 //! node names only (`nodeCacheCapable`). Prints the median and p99 of
 //! filter, prioritize and the two together.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/sched/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;

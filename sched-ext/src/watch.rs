@@ -212,7 +212,7 @@ mod tests {
     use serde_json::json;
 
     // The ConfigMap reflector is tested against the in-memory API server
-    // in `tests/watch.rs`.
+    // in `tests/sched/watch.rs`.
 
     #[test]
     fn pod_usage_counts_non_terminal_pods_of_the_tenant() {

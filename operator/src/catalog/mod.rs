@@ -1,14 +1,12 @@
-//! The `ModelCatalog` controller: every `spec.syncInterval` it lists the
-//! models (repositories and tags) of each OCI registry of a catalog and
-//! writes them to `status.entries`, with `totalModels`, `lastSyncTime` and
-//! a `Ready` condition (False, with the error, when a registry fails).
+//! What a `ModelCatalog` lists: every `spec.syncInterval` its controller
+//! ([`crate::controllers::model_catalog`]) lists the models (repositories
+//! and tags) of each OCI registry of a catalog and writes them to
+//! `status.entries`, with `totalModels`, `lastSyncTime` and a `Ready`
+//! condition (False, with the error, when a registry fails).
 //!
 //! [`filter`] applies `spec.filter` (pure), [`sync`] lists one registry
 //! through the OCI client of `flexinfer-flashload` (the same code the
-//! prefetch Job pulls with), [`controller`] runs the kube-runtime loop.
+//! prefetch Job pulls with).
 
-pub mod controller;
 pub mod filter;
 pub mod sync;
-
-pub use controller::run;

@@ -18,7 +18,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::Error;
-use crate::build::APPLIED_HASH;
+use crate::desired::APPLIED_HASH;
 
 /// Whether every field of `desired` is present with the same value in
 /// `actual`. Arrays must have the same length and match item by item;

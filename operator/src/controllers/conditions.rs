@@ -3,22 +3,9 @@
 
 use std::time::SystemTime;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-/// Converts a `SystemTime` to a Kubernetes `Time` (whole seconds, as the
-/// API server stores it).
-pub fn to_time(t: SystemTime) -> Time {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default())
-}
-
-/// Converts a Kubernetes `Time` to a `SystemTime`.
-pub fn from_time(t: &Time) -> SystemTime {
-    SystemTime::from(t.0)
-}
+pub use crate::policy::{from_time, to_time};
 
 /// Parses an RFC 3339 timestamp.
 pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {

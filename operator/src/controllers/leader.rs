@@ -38,6 +38,12 @@ impl LeaderElection {
         }
     }
 
+    /// The same settings for the Lease named `lease_name`.
+    pub fn with_lease(mut self, lease_name: &str) -> LeaderElection {
+        lease_name.clone_into(&mut self.lease_name);
+        self
+    }
+
     /// Waits until this replica holds the lease.
     pub async fn acquire(self, client: Client, clock: Arc<dyn Clock>) -> anyhow::Result<HeldLease> {
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);

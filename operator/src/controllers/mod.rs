@@ -27,6 +27,7 @@ pub mod member_clients;
 pub mod metrics;
 pub mod model;
 pub mod model_cache;
+pub mod model_catalog;
 pub mod model_deployment;
 
 use std::future::Future;
@@ -43,7 +44,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use leader::LeaderElection;
 pub use metrics::Metrics;
 
-use crate::build::BuildSettings;
+use crate::desired::BuildSettings;
 
 /// Requeue interval of a settled object (spec: 30 s).
 pub const REQUEUE: Duration = Duration::from_secs(30);
@@ -279,7 +280,7 @@ pub async fn run(
     let controllers = futures::future::join(controllers, federation);
     let controllers = futures::future::join(
         controllers,
-        crate::catalog::run(ctx.clone(), shutdown.clone()),
+        model_catalog::run(ctx.clone(), shutdown.clone()),
     );
     let result = match lease {
         Some(held) => {

@@ -17,7 +17,6 @@ use flexinfer_crds::labels;
 use flexinfer_crds::v1alpha2::model::{condition, reason};
 use flexinfer_crds::v1alpha2::{
     CacheStatus, KvCacheStatus, Model, ModelPhase, ModelStatus, SharedGroupState as MemberState,
-    SharedGroupStatus,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
@@ -32,17 +31,13 @@ use kube::{Resource, ResourceExt};
 use super::apply::{apply_owned, apply_status};
 use super::conditions::{from_time, sort_conditions, to_time, Conditions};
 use super::{Context, Error, REQUEUE};
-use crate::build::{self, cache as cache_build, service::endpoint, ModelPlan};
+use crate::desired::{self, service::endpoint, ModelPlan};
 use crate::placement::{self, Placement};
 use crate::policy::replicas::{desired_replicas, idle_at, ServerlessPolicy};
-use crate::policy::shared_gpu::{
-    choose_leader, Demand, SharedGroupPolicy, SharedGroupState, SharedMember,
-};
+use crate::policy::shared_role::{shared_role, SharedRole};
 
 /// Field manager of everything the Model controller writes.
 pub const MANAGER: &str = "flexinfer-model-controller";
-/// Requeue while a shared-group swap settles.
-pub const REQUEUE_FAST: Duration = Duration::from_secs(3);
 /// Failed pods older than this are deleted.
 pub const FAILED_POD_CUTOFF: Duration = Duration::from_secs(300);
 /// Condition type raised when the backend's KV cache is under pressure.
@@ -126,7 +121,7 @@ async fn cleanup(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> 
     ignore_not_found(services.delete(&name, &dp).await.map(|_| ()))?;
     if let Ok(backend) = backend::get(&model.spec.backend) {
         let plan = ModelPlan::for_model(&model, backend, &ctx.settings.build);
-        if let Some(job) = cache_build::tmpfs_cleanup_job(&plan) {
+        if let Some(job) = desired::cache::tmpfs_cleanup_job(&plan) {
             let jobs: Api<Job> = ctx.api(&ns);
             apply_owned(&jobs, MANAGER, &job).await?;
         }
@@ -147,149 +142,6 @@ fn ignore_not_found(r: Result<(), kube::Error>) -> Result<(), Error> {
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// A model's role in its shared GPU group.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SharedRole {
-    /// Whether it may run now.
-    pub active: bool,
-    /// Status to write.
-    pub status: SharedGroupStatus,
-    /// Whether it was just preempted (event).
-    pub newly_preempted: bool,
-    /// Requeue sooner while the swap settles.
-    pub requeue: Option<Duration>,
-}
-
-/// Decides a shared model's role from the group's members (pure).
-pub fn shared_role(model: &Model, members: &[Model], now: SystemTime) -> Option<SharedRole> {
-    let group = model.spec.shared_group()?.to_owned();
-    let me = model.name_any();
-    let mut siblings: Vec<&Model> = members
-        .iter()
-        .filter(|m| {
-            m.spec.shared_group() == Some(group.as_str()) && m.meta().deletion_timestamp.is_none()
-        })
-        .collect();
-    if !siblings.iter().any(|m| m.name_any() == me) {
-        siblings.push(model);
-    }
-    let policy = SharedGroupPolicy {
-        swap_cooldown: siblings
-            .iter()
-            .filter_map(|m| m.spec.gpu.as_ref().map(|g| g.swap_cooldown()))
-            .max()
-            .unwrap_or(flexinfer_crds::defaults::SHARED_SWAP_COOLDOWN),
-        ..Default::default()
-    };
-    let shared_of = |m: &Model| m.status.as_ref().and_then(|s| s.shared_group.clone());
-    let last_active = |m: &Model| {
-        m.status
-            .as_ref()
-            .and_then(|s| s.last_active_time.as_ref())
-            .map(from_time)
-    };
-    let members_in: Vec<SharedMember> = siblings
-        .iter()
-        .map(|m| SharedMember {
-            name: m.name_any(),
-            priority: m.spec.priority(),
-            failed: m.phase() == Some(ModelPhase::Failed),
-            last_active: last_active(m),
-            demand: last_active(m).map(|at| Demand { depth: 1, at }),
-        })
-        .collect();
-    let mut active: Vec<&Model> = siblings
-        .iter()
-        .copied()
-        .filter(|m| shared_of(m).and_then(|s| s.state) == Some(MemberState::Active))
-        .collect();
-    active.sort_by(|a, b| {
-        b.spec
-            .priority()
-            .cmp(&a.spec.priority())
-            .then(a.name_any().cmp(&b.name_any()))
-    });
-    let state = SharedGroupState {
-        leader: active.first().map(|m| m.name_any()),
-        last_swap: siblings
-            .iter()
-            .filter_map(|m| {
-                shared_of(m)
-                    .and_then(|s| s.preempted_at)
-                    .map(|t| from_time(&t))
-            })
-            .max(),
-    };
-    let decision = choose_leader(&members_in, &state, &policy, now);
-    let mine = shared_of(model).unwrap_or_default();
-    let leader = decision.leader.clone();
-    let mut status = SharedGroupStatus {
-        group_name: Some(group.clone()),
-        active_model: leader.clone(),
-        ..Default::default()
-    };
-    if leader.as_deref() == Some(me.as_str()) {
-        let other_active = state.leader.as_deref().is_some_and(|l| l != me);
-        if other_active {
-            // The previous leader has not stepped down yet.
-            status.state = Some(MemberState::Queued);
-            status.queue_position = Some(1);
-            status.preempted_by = mine.preempted_by.clone();
-            status.preempted_at = mine.preempted_at.clone();
-            return Some(SharedRole {
-                active: false,
-                status,
-                newly_preempted: false,
-                requeue: Some(REQUEUE_FAST),
-            });
-        }
-        status.state = Some(MemberState::Active);
-        status.queue_position = Some(0);
-        return Some(SharedRole {
-            active: true,
-            status,
-            newly_preempted: false,
-            requeue: None,
-        });
-    }
-    let was_active = mine.state == Some(MemberState::Active);
-    let mut others: Vec<&Model> = siblings
-        .iter()
-        .copied()
-        .filter(|m| Some(m.name_any()) != leader)
-        .collect();
-    others.sort_by(|a, b| {
-        b.spec
-            .priority()
-            .cmp(&a.spec.priority())
-            .then(a.name_any().cmp(&b.name_any()))
-    });
-    let position = others.iter().position(|m| m.name_any() == me).unwrap_or(0) as i32 + 1;
-    if was_active || mine.state == Some(MemberState::Preempted) {
-        status.state = Some(MemberState::Preempted);
-        status.preempted_by = if was_active {
-            leader.clone()
-        } else {
-            mine.preempted_by.clone()
-        };
-        status.preempted_at = if was_active {
-            Some(to_time(now))
-        } else {
-            mine.preempted_at.clone()
-        };
-    } else {
-        status.state = Some(MemberState::Queued);
-        status.preempted_by = leader.clone();
-    }
-    status.queue_position = Some(position);
-    Some(SharedRole {
-        active: false,
-        status,
-        newly_preempted: was_active,
-        requeue: was_active.then_some(REQUEUE_FAST),
-    })
 }
 
 /// The serverless policy of a model. Replicas while active: the
@@ -368,7 +220,7 @@ pub async fn ensure_cache(
             ..Default::default()
         },
     };
-    if let Some(pvc) = cache_build::cache_pvc(plan) {
+    if let Some(pvc) = desired::cache::cache_pvc(plan) {
         let pvcs: Api<PersistentVolumeClaim> = ctx.api(ns);
         let applied = apply_owned(&pvcs, manager, &pvc).await?;
         out.status.pvc_name = Some(pvc.name_any());
@@ -388,7 +240,7 @@ pub async fn ensure_cache(
         };
     }
     let jobs: Api<Job> = ctx.api(ns);
-    if let Some(job) = cache_build::prefetch_job(plan) {
+    if let Some(job) = desired::cache::prefetch_job(plan) {
         let job = ensure_job(&jobs, manager, &job).await?;
         let (phase, done, failed) = job_state(&job);
         out.status.job_name = Some(job.name_any());
@@ -402,7 +254,7 @@ pub async fn ensure_cache(
         };
     }
     if out.ready {
-        if let Some(job) = cache_build::quantize_job(plan) {
+        if let Some(job) = desired::cache::quantize_job(plan) {
             let job = ensure_job(&jobs, manager, &job).await?;
             let (phase, done, failed) = job_state(&job);
             out.status.job_name = Some(job.name_any());
@@ -455,15 +307,19 @@ pub async fn ensure_workload(
 ) -> Result<Workload, Error> {
     let ns = plan.namespace.clone();
     let services: Api<Service> = ctx.api(&ns);
-    apply_owned(&services, manager, &build::service::service(plan)).await?;
+    apply_owned(&services, manager, &desired::service::service(plan)).await?;
     let cache = ensure_cache(ctx, plan, manager).await?;
     if !cache.ready {
         plan.replicas = 0;
     }
     let deployments: Api<Deployment> = ctx.api(&ns);
-    let deployment = apply_owned(&deployments, manager, &build::deployment::deployment(plan))
-        .await?
-        .object;
+    let deployment = apply_owned(
+        &deployments,
+        manager,
+        &desired::deployment::deployment(plan),
+    )
+    .await?
+    .object;
     Ok(Workload {
         deployment,
         cache,
@@ -635,37 +491,8 @@ async fn apply(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
     }
 
     // GPU detection and compatibility.
-    let placement = if model.spec.gpu_count() == 0 {
-        Placement::cpu()
-    } else {
-        let nodes: Api<Node> = Api::all(ctx.client.clone());
-        let nodes = nodes.list(&ListParams::default()).await?.items;
-        match placement::detect(&name, &model.spec, &nodes) {
-            Ok(p) => p,
-            Err(e) => {
-                return fail(
-                    &ctx,
-                    &api,
-                    &model,
-                    draft,
-                    condition::SCHEDULABLE,
-                    e.reason,
-                    e.message,
-                )
-                .await;
-            }
-        }
-    };
-    match placement::check_compatibility(backend, &model.spec, &placement) {
-        Ok(warnings) => {
-            for w in warnings {
-                if model.phase().is_none() {
-                    ctx.events
-                        .warning(&model.object_ref(&()), "ExperimentalGPUSupport", w)
-                        .await;
-                }
-            }
-        }
+    let placement = match place(&ctx, &model, backend).await? {
+        Ok(placement) => placement,
         Err(e) => {
             return fail(
                 &ctx,
@@ -676,9 +503,9 @@ async fn apply(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
                 e.reason,
                 e.message,
             )
-            .await;
+            .await
         }
-    }
+    };
     draft.conds.set(
         condition::SCHEDULABLE,
         true,
@@ -699,6 +526,69 @@ async fn apply(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
         .as_ref()
         .is_some_and(|r| r.status.state == Some(MemberState::Preempted));
     let (phase, ready_reason, ready_message) = phase_of(&workload, preempted);
+    record_workload(&mut draft, &workload, phase, (ready_reason, ready_message));
+    draft.status.endpoint = Some(endpoint(&name, &ns, backend.port));
+    draft.status.shared_group = role.as_ref().map(|r| r.status.clone());
+    record_placement(&mut draft, &placement);
+    if phase == ModelPhase::Ready && ctx.settings.kv_cache_scrape {
+        kv_cache_check(&ctx, &model, &ns, backend, now, &mut draft).await;
+    }
+    let status = draft.finish(phase, None);
+    let old_phase = model.phase();
+    write_status(&api, &model, &status).await?;
+    if old_phase != Some(phase) {
+        announce_phase(&ctx, &model, old_phase, phase, role.as_ref(), ready_message).await;
+    }
+
+    prune_failed_pods(&ctx, &ns, &name, now).await?;
+
+    let settling = role.as_ref().and_then(|r| r.requeue);
+    let next = next_reconcile(&policy, last_active, replicas > 0, settling, now);
+    Ok(Action::requeue(next))
+}
+
+/// Where the model runs: the CPU, or the GPU vendor and architecture
+/// detected on the nodes, checked against the backend (warnings become an
+/// event on a new model). `Ok(Err(_))` is a placement the model cannot
+/// have.
+async fn place(
+    ctx: &Context,
+    model: &Model,
+    backend: &'static Backend,
+) -> Result<Result<Placement, placement::PlacementError>, Error> {
+    let placement = if model.spec.gpu_count() == 0 {
+        Placement::cpu()
+    } else {
+        let nodes: Api<Node> = Api::all(ctx.client.clone());
+        let nodes = nodes.list(&ListParams::default()).await?.items;
+        match placement::detect(&model.name_any(), &model.spec, &nodes) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        }
+    };
+    match placement::check_compatibility(backend, &model.spec, &placement) {
+        Ok(warnings) => {
+            if model.phase().is_none() {
+                for w in warnings {
+                    ctx.events
+                        .warning(&model.object_ref(&()), "ExperimentalGPUSupport", w)
+                        .await;
+                }
+            }
+            Ok(Ok(placement))
+        }
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// The Cached, Ready and Loaded conditions and the replica and cache
+/// status of the applied workload.
+fn record_workload(
+    draft: &mut Draft,
+    workload: &Workload,
+    phase: ModelPhase,
+    (ready_reason, ready_message): (&str, &str),
+) {
     let c = &workload.cache;
     draft.conds.set(
         condition::CACHED,
@@ -710,24 +600,21 @@ async fn apply(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
         },
         c.message.clone(),
     );
-    draft.conds.set(
-        condition::READY,
-        phase == ModelPhase::Ready,
-        ready_reason,
-        ready_message,
-    );
-    draft.conds.set(
-        condition::LOADED,
-        phase == ModelPhase::Ready,
-        ready_reason,
-        ready_message,
-    );
+    let ready = phase == ModelPhase::Ready;
+    draft
+        .conds
+        .set(condition::READY, ready, ready_reason, ready_message);
+    draft
+        .conds
+        .set(condition::LOADED, ready, ready_reason, ready_message);
     let dst = workload.deployment.status.clone().unwrap_or_default();
     draft.status.replicas = Some(workload.replicas);
     draft.status.ready_replicas = Some(dst.ready_replicas.unwrap_or(0));
-    draft.status.endpoint = Some(endpoint(&name, &ns, backend.port));
     draft.status.cache = Some(c.status.clone());
-    draft.status.shared_group = role.as_ref().map(|r| r.status.clone());
+}
+
+/// `status.gpu` of a model placed on a GPU.
+fn record_placement(draft: &mut Draft, placement: &Placement) {
     if placement.vendor != flexinfer_crds::gpu::Vendor::Cpu {
         draft.status.gpu = Some(flexinfer_crds::v1alpha2::GpuStatus {
             vendor: Some(placement.vendor.as_str().to_owned()),
@@ -736,48 +623,60 @@ async fn apply(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
             ..Default::default()
         });
     }
-    if phase == ModelPhase::Ready && ctx.settings.kv_cache_scrape {
-        kv_cache_check(&ctx, &model, &ns, backend, now, &mut draft).await;
-    }
-    let status = draft.finish(phase, None);
-    let old_phase = model.phase();
-    write_status(&api, &model, &status).await?;
-    if old_phase != Some(phase) {
-        let obj = model.object_ref(&());
-        match (phase, &role) {
-            (ModelPhase::Preempted, Some(r)) if r.newly_preempted => {
-                let by = r.status.preempted_by.clone().unwrap_or_default();
-                ctx.events
-                    .normal(&obj, "Preempted", format!("Preempted by {by}"))
-                    .await
-            }
-            _ => {
-                let from = old_phase.map_or("None".to_owned(), |p| p.to_string());
-                ctx.events
-                    .normal(
-                        &obj,
-                        &format!("Phase{phase}"),
-                        format!("Phase changed from {from} to {phase}: {ready_message}"),
-                    )
-                    .await
-            }
+}
+
+/// The event of a phase change: `Preempted` (by whom) for a model that
+/// just lost its shared GPU, `Phase<phase>` otherwise.
+async fn announce_phase(
+    ctx: &Context,
+    model: &Model,
+    old_phase: Option<ModelPhase>,
+    phase: ModelPhase,
+    role: Option<&SharedRole>,
+    message: &str,
+) {
+    let obj = model.object_ref(&());
+    match (phase, role) {
+        (ModelPhase::Preempted, Some(r)) if r.newly_preempted => {
+            let by = r.status.preempted_by.clone().unwrap_or_default();
+            ctx.events
+                .normal(&obj, "Preempted", format!("Preempted by {by}"))
+                .await
+        }
+        _ => {
+            let from = old_phase.map_or("None".to_owned(), |p| p.to_string());
+            ctx.events
+                .normal(
+                    &obj,
+                    &format!("Phase{phase}"),
+                    format!("Phase changed from {from} to {phase}: {message}"),
+                )
+                .await
         }
     }
+}
 
-    prune_failed_pods(&ctx, &ns, &name, now).await?;
-
+/// When to reconcile again: at the latest after [`REQUEUE`], a second
+/// after a running model turns idle, and sooner while a shared-group swap
+/// settles.
+fn next_reconcile(
+    policy: &ServerlessPolicy,
+    last_active: Option<SystemTime>,
+    running: bool,
+    settling: Option<Duration>,
+    now: SystemTime,
+) -> Duration {
     let mut next = REQUEUE;
-    if let Some(idle) = idle_at(&policy, last_active) {
-        if let Ok(wait) = idle.duration_since(now) {
-            if replicas > 0 && wait > Duration::ZERO {
-                next = next.min(wait + Duration::from_secs(1));
-            }
+    if let Some(wait) = idle_at(policy, last_active).and_then(|idle| idle.duration_since(now).ok())
+    {
+        if running && wait > Duration::ZERO {
+            next = next.min(wait + Duration::from_secs(1));
         }
     }
-    if let Some(r) = role.as_ref().and_then(|r| r.requeue) {
+    if let Some(r) = settling {
         next = next.min(r);
     }
-    Ok(Action::requeue(next))
+    next
 }
 
 /// Deletes the model's pods that failed more than five minutes ago.

@@ -16,7 +16,7 @@ use kube::{Resource, ResourceExt};
 use super::apply::apply_owned;
 use super::conditions::Conditions;
 use super::{Context, Error, REQUEUE};
-use crate::build::model_cache as builders;
+use crate::desired::model_cache as builders;
 
 /// Field manager of the ModelCache controller.
 pub const MANAGER: &str = "flexinfer-modelcache-controller";

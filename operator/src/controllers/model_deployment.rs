@@ -32,7 +32,7 @@ use serde_json::json;
 use super::conditions::{from_time, Conditions};
 use super::model::{ensure_workload, phase_of};
 use super::{Context, Error, REQUEUE};
-use crate::build::{service::endpoint, ModelPlan};
+use crate::desired::{service::endpoint, ModelPlan};
 use crate::placement;
 
 /// Field manager of the ModelDeployment controller.

@@ -314,7 +314,7 @@ fn chart_controller_settings_are_read_by_the_binary_that_runs_them() {
             build.quantizer_image,
             want["quantizer_image"]
                 .as_str()
-                .unwrap_or(flexinfer_operator::build::DEFAULT_QUANTIZER_IMAGE),
+                .unwrap_or(flexinfer_operator::desired::DEFAULT_QUANTIZER_IMAGE),
             "{context}: quantizer image"
         );
         let overrides: BTreeMap<String, String> =
@@ -474,7 +474,7 @@ fn operator_role_can_read_the_crds_it_checks() {
                 .iter()
                 .map(|name| name.to_string())
                 .collect();
-        wanted.insert(flexinfer_operator::catalog::controller::CRD.to_string());
+        wanted.insert(flexinfer_operator::controllers::model_catalog::CRD.to_string());
         if role["federation"] == true {
             wanted.extend(
                 flexinfer_operator::controllers::federation::REQUIRED_CRDS

@@ -1,0 +1,7 @@
+//! The CRD crate's integration tests in one binary.
+
+mod support;
+
+mod defaults;
+mod examples;
+mod manifests;

@@ -1,0 +1,21 @@
+//! The gateway's integration tests in one binary: each module a lane or
+//! area (the fault lane runs apart: `--test gateway fault_lane::`).
+
+mod support;
+
+mod activation;
+mod bodies;
+mod chart_scenarios;
+mod errors;
+mod extraction;
+mod faults;
+mod fuzz_extract;
+mod global;
+mod kube_mode;
+mod openai_sdk;
+mod prometheus;
+mod real_backend;
+mod routing;
+mod streaming;
+mod tenants;
+mod upstream;
