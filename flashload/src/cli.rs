@@ -158,7 +158,7 @@ pub struct PullArgs {
     pub dest: PathBuf,
 
     /// Layers fetched at once, each on its own connection.
-    #[arg(long, env = "FLASH_OCI_JOBS", default_value_t = crate::oci::pull::DEFAULT_JOBS, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, env = "FLASH_OCI_JOBS", default_value_t = crate::artifact::DEFAULT_JOBS, value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: u16,
 
     /// Name of the environment variable holding the registry username.

@@ -14,10 +14,12 @@
 //! checks the result, [`preload`] ties them together and [`cleanup`] removes
 //! preloads.
 //!
-//! [`oci`] is the other job of the binary: `flexinfer-flashload pull
-//! oci://…` fetches a model artifact from an OCI registry into the cache
-//! volume, verified and resumable.
+//! [`artifact`] is the other job of the binary: `flexinfer-flashload pull
+//! oci://…` ([`oci_pull`]) fetches a model artifact from an OCI registry
+//! into the cache volume, verified and resumable, with the client of
+//! `flexinfer-oci`.
 
+pub mod artifact;
 pub mod checksum;
 pub mod cleanup;
 pub mod cli;
@@ -25,7 +27,6 @@ pub mod copy;
 pub mod lock;
 pub mod manifest;
 pub mod marker;
-pub mod oci;
 pub mod oci_pull;
 pub mod plan;
 pub mod pool;

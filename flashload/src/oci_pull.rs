@@ -7,11 +7,11 @@ use std::time::{Instant, SystemTime};
 
 use anyhow::{Context, Result};
 
+use crate::artifact::{pull_manifest, PullSummary};
 use crate::cli::{PullArgs, RegistryKindArg};
-use crate::oci::credentials::{from_docker_config_file, Credentials};
-use crate::oci::pull::{pull_manifest, PullSummary};
-use crate::oci::{ecr, ClientOptions, Reference, RegistryClient, RegistryKind};
 use crate::progress::{Counters, Reporter};
+use flexinfer_oci::credentials::{from_docker_config_file, Credentials};
+use flexinfer_oci::{ecr, ClientOptions, Reference, RegistryClient, RegistryKind};
 
 impl From<RegistryKindArg> for RegistryKind {
     fn from(kind: RegistryKindArg) -> RegistryKind {
@@ -70,7 +70,7 @@ async fn ecr_login(args: &PullArgs, reference: &Reference) -> Result<Option<Cred
         .clone()
         .unwrap_or_else(|| ecr::endpoint(&region));
     let http = reqwest::Client::builder()
-        .connect_timeout(crate::oci::client::CONNECT_TIMEOUT)
+        .connect_timeout(flexinfer_oci::client::CONNECT_TIMEOUT)
         .build()?;
     let credentials = ecr::login(&http, &endpoint, &region, &keys, SystemTime::now()).await?;
     tracing::info!(

@@ -11,9 +11,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use flexinfer_flashload::oci::pull::{pull, pull_manifest, resolve, MARKER_NAME};
-use flexinfer_flashload::oci::{ClientOptions, Credentials, OciError, Reference, RegistryClient};
+use flexinfer_flashload::artifact::{pull, pull_manifest, resolve, MARKER_NAME};
 use flexinfer_flashload::progress::Counters;
+use flexinfer_oci::{ClientOptions, Credentials, OciError, Reference, RegistryClient};
 use support::registry::{pseudo_random, Registry};
 
 const MIB: usize = 1 << 20;
@@ -44,7 +44,7 @@ fn flashload() -> Command {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    flexinfer_flashload::oci::Digest::of(bytes).hex().to_owned()
+    flexinfer_oci::Digest::of(bytes).hex().to_owned()
 }
 
 #[tokio::test]
@@ -561,8 +561,8 @@ async fn ecr_keys_are_exchanged_for_a_registry_token() {
 
 #[tokio::test]
 async fn harbor_projects_are_listed_through_its_api_page_by_page() {
-    use flexinfer_flashload::oci::catalog::{artifacts, repositories, Repositories};
-    use flexinfer_flashload::oci::RegistryKind;
+    use flexinfer_oci::catalog::{artifacts, repositories, Repositories};
+    use flexinfer_oci::RegistryKind;
     let Some(reg) = Registry::start(None) else {
         return;
     };

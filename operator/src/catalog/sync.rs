@@ -5,8 +5,8 @@
 use flexinfer_crds::v1alpha2::{
     CatalogEntry, CatalogFilter, OciProvider, RegistrySource, RegistryType,
 };
-use flexinfer_flashload::oci::catalog::{self, Repositories};
-use flexinfer_flashload::oci::{ClientOptions, Credentials, RegistryClient, RegistryKind};
+use flexinfer_oci::catalog::{self, Repositories};
+use flexinfer_oci::{ClientOptions, Credentials, RegistryClient, RegistryKind};
 
 use super::filter;
 
@@ -146,8 +146,8 @@ pub async fn list(
         for tag in tags {
             let reference = format!("oci://{}/{name}:{tag}", url.registry);
             let size = if entries.len() < MAX_SIZED_ENTRIES {
-                let parsed = flexinfer_flashload::oci::Reference::parse(&reference)
-                    .map_err(|e| e.to_string())?;
+                let parsed =
+                    flexinfer_oci::Reference::parse(&reference).map_err(|e| e.to_string())?;
                 let fetched = client.manifest(&parsed).await.map_err(|e| e.to_string())?;
                 i64::try_from(fetched.manifest.layers_size()).ok()
             } else {

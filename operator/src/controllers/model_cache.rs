@@ -87,10 +87,9 @@ async fn reconcile_inner(cache: Arc<ModelCache>, ctx: Arc<Context>) -> Result<Ac
                 );
                 status.path = Some(path.clone());
                 if cache.spec.is_oci_source() {
-                    status.oci_registry =
-                        flexinfer_flashload::oci::Reference::parse(&cache.spec.source)
-                            .ok()
-                            .map(|r| r.registry);
+                    status.oci_registry = flexinfer_oci::Reference::parse(&cache.spec.source)
+                        .ok()
+                        .map(|r| r.registry);
                     status.oci_pulled_at =
                         st.completion_time.clone().or(prev.oci_pulled_at.clone());
                 }

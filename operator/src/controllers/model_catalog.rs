@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use flexinfer_crds::v1alpha2::{CatalogEntry, ModelCatalog, ModelCatalogStatus, RegistrySource};
-use flexinfer_flashload::oci::credentials::from_docker_config;
-use flexinfer_flashload::oci::{ecr, Credentials};
+use flexinfer_oci::credentials::from_docker_config;
+use flexinfer_oci::{ecr, Credentials};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::controller::Action;

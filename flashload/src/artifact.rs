@@ -11,17 +11,17 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use super::blob;
-use super::client::{FetchedManifest, RegistryClient};
-use super::digest::Digest;
-use super::error::{OciError, Result};
-use super::manifest::Descriptor;
-use super::reference::Reference;
 use crate::progress::Counters;
 use crate::units::{gigabytes_per_second, megabytes};
+use flexinfer_oci::blob;
+use flexinfer_oci::client::{FetchedManifest, RegistryClient};
+use flexinfer_oci::digest::Digest;
+use flexinfer_oci::error::{OciError, Result};
+use flexinfer_oci::manifest::Descriptor;
+use flexinfer_oci::reference::Reference;
 
 /// Marker written into the destination after a complete pull.
-pub const MARKER_NAME: &str = ".flexinfer-oci-pull.json";
+pub use flexinfer_oci::manifest::PULL_MARKER_NAME as MARKER_NAME;
 /// Attempts per layer when the transfer breaks (each resumes).
 pub const ATTEMPTS: u32 = 3;
 /// Delay before the first retry (doubled after each).

@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::digest::Digest;
 use super::error::OciError;
 
+/// Marker a complete pull writes into its destination directory (no
+/// layer may take its name).
+pub const PULL_MARKER_NAME: &str = ".flexinfer-oci-pull.json";
+
 /// OCI image manifest media type.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// Docker v2 schema 2 manifest media type.
@@ -146,7 +150,7 @@ pub fn safe_title(layer: &Descriptor) -> Result<String, OciError> {
         || title == ".."
         || title.contains(['/', '\\', '\0'])
         || title.ends_with(super::blob::PARTIAL_SUFFIX)
-        || title == super::pull::MARKER_NAME;
+        || title == PULL_MARKER_NAME;
     if bad {
         return Err(OciError::UnsafeTitle {
             digest: layer.digest.clone(),
