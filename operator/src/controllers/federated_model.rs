@@ -38,7 +38,7 @@ use kube::{Resource, ResourceExt};
 use super::apply::{apply_status, up_to_date, with_digest};
 use super::conditions::{sort_conditions, Conditions};
 use super::federation::FederationContext;
-use super::Error;
+use super::{Context, Error};
 use crate::federation::capacity;
 use crate::federation::distribution::{self, Candidate};
 use crate::federation::selection::{self, ClusterView, InvalidSelector, Selection};
@@ -397,6 +397,55 @@ async fn apply(fm: Arc<FederatedModel>, fctx: &FederationContext) -> Result<Acti
         "placement and routing are valid",
     );
 
+    let Placements {
+        mut entries,
+        mut failures,
+        placed_on,
+    } = place_selected(fctx, &fm, &plan, &clusters).await;
+    sweep_unplaced(fctx, &fm, &clusters, &placed_on, &mut failures).await;
+    entries.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+
+    let shares: BTreeMap<String, u32> = plan
+        .shares
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(c, n)| (c.clone(), *n))
+        .collect();
+    let (ready, total) = placement_conditions(&mut conds, &entries, &plan, &failures, &shares);
+    let status = FederatedModelStatus {
+        clusters: entries,
+        ready_clusters: Some(i32::try_from(ready).unwrap_or(i32::MAX)),
+        total_clusters: Some(i32::try_from(total).unwrap_or(i32::MAX)),
+        conditions: conds.into_vec(),
+    };
+    write_status(&api, &fm, &status).await?;
+
+    announce_shares(ctx, &fm, &prev, &shares).await;
+    if failures.is_empty() {
+        Ok(Action::requeue(fctx.settings.resync))
+    } else {
+        Ok(Action::requeue(RETRY.min(fctx.settings.resync)))
+    }
+}
+
+/// What placing a FederatedModel on its selected clusters gave.
+struct Placements {
+    /// One status entry per selected or missing cluster.
+    entries: Vec<FederatedModelClusterStatus>,
+    /// What went wrong, per cluster.
+    failures: Vec<String>,
+    /// Clusters that now hold the member Model.
+    placed_on: BTreeSet<String>,
+}
+
+/// Places the member Model with its replica share on every selected,
+/// Ready cluster, and lists the missing ones.
+async fn place_selected(
+    fctx: &FederationContext,
+    fm: &FederatedModel,
+    plan: &Plan,
+    clusters: &[Cluster],
+) -> Placements {
     let by_name: BTreeMap<String, &Cluster> = clusters.iter().map(|c| (c.name_any(), c)).collect();
     let mut entries = Vec::new();
     let mut failures = Vec::new();
@@ -418,7 +467,7 @@ async fn apply(fm: Arc<FederatedModel>, fctx: &FederationContext) -> Result<Acti
             entries.push(entry);
             continue;
         }
-        match place(fctx, cluster, &fm, share).await {
+        match place(fctx, cluster, fm, share).await {
             Ok(Placed::Model(model)) => {
                 placed_on.insert(view.name.clone());
                 entry.phase = Some(
@@ -451,31 +500,48 @@ async fn apply(fm: Arc<FederatedModel>, fctx: &FederationContext) -> Result<Acti
             ..Default::default()
         });
     }
-    // Ready clusters that should not run it (unselected, share 0) lose
-    // the Models placed through them.
+    Placements {
+        entries,
+        failures,
+        placed_on,
+    }
+}
+
+/// Ready clusters that should not run the model (unselected, share 0)
+/// lose the Models placed through them.
+async fn sweep_unplaced(
+    fctx: &FederationContext,
+    fm: &FederatedModel,
+    clusters: &[Cluster],
+    placed_on: &BTreeSet<String>,
+    failures: &mut Vec<String>,
+) {
     for cluster in clusters.iter().filter(|c| ClusterView::of(c).ready) {
         let name = cluster.name_any();
         if placed_on.contains(&name) {
             continue;
         }
-        if let Err(e) = sweep(fctx, cluster, &fm, Some(&name)).await {
+        if let Err(e) = sweep(fctx, cluster, fm, Some(&name)).await {
             failures.push(format!("{name}: removing the Model failed: {e}"));
         }
     }
-    entries.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+}
 
+/// The Placed and Ready conditions of the placement; returns the Ready
+/// and total cluster counts.
+fn placement_conditions(
+    conds: &mut Conditions,
+    entries: &[FederatedModelClusterStatus],
+    plan: &Plan,
+    failures: &[String],
+    shares: &BTreeMap<String, u32>,
+) -> (usize, usize) {
     let ready = entries
         .iter()
         .filter(|e| e.phase.as_deref() == Some(phase::READY))
         .count();
     let total = entries.len();
     let any_ready_selected = plan.selection.selected.iter().any(|c| c.ready);
-    let shares: BTreeMap<String, u32> = plan
-        .shares
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(c, n)| (c.clone(), *n))
-        .collect();
     if total == 0 {
         conds.set(
             condition::PLACED,
@@ -502,7 +568,7 @@ async fn apply(fm: Arc<FederatedModel>, fctx: &FederationContext) -> Result<Acti
             condition::PLACED,
             true,
             "Placed",
-            format!("replicas per cluster: {}", describe_shares(&shares)),
+            format!("replicas per cluster: {}", describe_shares(shares)),
         );
     }
     conds.set(
@@ -515,14 +581,17 @@ async fn apply(fm: Arc<FederatedModel>, fctx: &FederationContext) -> Result<Acti
         },
         format!("{ready}/{total} clusters ready"),
     );
-    let status = FederatedModelStatus {
-        clusters: entries,
-        ready_clusters: Some(i32::try_from(ready).unwrap_or(i32::MAX)),
-        total_clusters: Some(i32::try_from(total).unwrap_or(i32::MAX)),
-        conditions: conds.into_vec(),
-    };
-    write_status(&api, &fm, &status).await?;
+    (ready, total)
+}
 
+/// A `Placed` event for a first placement, `Rebalanced` when the replica
+/// shares changed.
+async fn announce_shares(
+    ctx: &Context,
+    fm: &FederatedModel,
+    prev: &FederatedModelStatus,
+    shares: &BTreeMap<String, u32>,
+) {
     let old: BTreeMap<String, u32> = prev
         .clusters
         .iter()
@@ -531,14 +600,14 @@ async fn apply(fm: Arc<FederatedModel>, fctx: &FederationContext) -> Result<Acti
             (n > 0).then(|| (e.cluster.clone(), n))
         })
         .collect();
-    if old != shares {
+    if &old != shares {
         let obj = fm.object_ref(&());
         if old.is_empty() {
             ctx.events
                 .normal(
                     &obj,
                     "Placed",
-                    format!("replicas per cluster: {}", describe_shares(&shares)),
+                    format!("replicas per cluster: {}", describe_shares(shares)),
                 )
                 .await;
         } else {
@@ -548,17 +617,12 @@ async fn apply(fm: Arc<FederatedModel>, fctx: &FederationContext) -> Result<Acti
                     "Rebalanced",
                     format!(
                         "replicas per cluster: {} (was {})",
-                        describe_shares(&shares),
+                        describe_shares(shares),
                         describe_shares(&old)
                     ),
                 )
                 .await;
         }
-    }
-    if failures.is_empty() {
-        Ok(Action::requeue(fctx.settings.resync))
-    } else {
-        Ok(Action::requeue(RETRY.min(fctx.settings.resync)))
     }
 }
 

@@ -11,6 +11,7 @@ use flexinfer_crds::labels;
 use flexinfer_crds::v1alpha1::{
     GPUGroup, GPUGroupModelStatus, GPUGroupPhase, GPUGroupStatus, MemberState, ModelDeployment,
 };
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -126,37 +127,15 @@ async fn reconcile_inner(group: Arc<GPUGroup>, ctx: Arc<Context>) -> Result<Acti
     let now = ctx.now();
     let mut prev = group.status.clone().unwrap_or_default();
     super::conditions::sort_conditions(&mut prev.conditions);
-    let prev_member = |name: &str| prev.model_statuses.iter().find(|s| s.name == name).cloned();
-
     // Members that exist.
-    let mut mds: Vec<(Api<ModelDeployment>, ModelDeployment, i32)> = Vec::new();
+    let mut mds: Vec<Member> = Vec::new();
     for m in &group.spec.models {
         let api: Api<ModelDeployment> = ctx.api(m.namespace.as_deref().unwrap_or(&ns));
         if let Some(md) = api.get_opt(&m.name).await? {
             mds.push((api, md, m.priority));
         }
     }
-    let members: Vec<GroupMember> = mds
-        .iter()
-        .map(|(_, md, priority)| {
-            let name = md.name_any();
-            let (queued, queued_since) = demand(&group, &name);
-            GroupMember {
-                name: name.clone(),
-                priority: *priority,
-                queued,
-                queued_since,
-                last_active: md
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.last_access_time.as_ref())
-                    .map(from_time),
-                preempted_at: prev_member(&name)
-                    .and_then(|s| s.preempted_at)
-                    .map(|t| from_time(&t)),
-            }
-        })
-        .collect();
+    let members = group_members(&group, &mds, &prev);
     let policy = policy_of(&group);
     let current = prev.active_model.clone().filter(|a| !a.is_empty());
     let last_swap = prev.last_swap_time.as_ref().map(from_time);
@@ -172,18 +151,94 @@ async fn reconcile_inner(group: Arc<GPUGroup>, ctx: Arc<Context>) -> Result<Acti
         ..Default::default()
     };
     let obj = group.object_ref(&());
+    let (requeue, preempted_now) = enact(
+        &ctx,
+        &obj,
+        &decision,
+        current.as_deref(),
+        &mds,
+        &mut status,
+        now,
+    )
+    .await?;
+    // One active member: every other member runs no replicas.
+    if let Some(active) = status.active_model.clone() {
+        for (api, md, _) in &mds {
+            let name = md.name_any();
+            if name != active && md.spec.replicas > 0 {
+                scale(api, &name, 0).await?;
+            }
+        }
+    }
+
+    status.model_statuses = member_statuses(
+        &members,
+        &mds,
+        &prev,
+        status.active_model.as_deref(),
+        preempted_now.as_ref(),
+        now,
+    );
+    status.phase = Some(group_phase(status.active_model.as_deref(), &mds));
+
+    super::apply::apply_status(&groups, MANAGER, &group, &prev, &status).await?;
+    Ok(Action::requeue(requeue))
+}
+
+/// A member ModelDeployment that exists: its API, the object and its
+/// priority in the group.
+type Member = (Api<ModelDeployment>, ModelDeployment, i32);
+
+/// The policy's view of each member: priority, demand, last activity and
+/// when it was last preempted.
+fn group_members(group: &GPUGroup, mds: &[Member], prev: &GPUGroupStatus) -> Vec<GroupMember> {
+    let prev_member = |name: &str| prev.model_statuses.iter().find(|s| s.name == name).cloned();
+    mds.iter()
+        .map(|(_, md, priority)| {
+            let name = md.name_any();
+            let (queued, queued_since) = demand(group, &name);
+            GroupMember {
+                name: name.clone(),
+                priority: *priority,
+                queued,
+                queued_since,
+                last_active: md
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.last_access_time.as_ref())
+                    .map(from_time),
+                preempted_at: prev_member(&name)
+                    .and_then(|s| s.preempted_at)
+                    .map(|t| from_time(&t)),
+            }
+        })
+        .collect()
+}
+
+/// Carries out the policy's decision: scales the members, records a swap
+/// in `status` and sends the events. Returns when to look again and, for
+/// a swap, the member that lost the GPU and to whom.
+async fn enact(
+    ctx: &Context,
+    obj: &ObjectReference,
+    decision: &GroupDecision,
+    current: Option<&str>,
+    mds: &[Member],
+    status: &mut GPUGroupStatus,
+    now: SystemTime,
+) -> Result<(Duration, Option<(String, String)>), Error> {
     let mut requeue = REQUEUE;
     let mut preempted_now: Option<(String, String)> = None;
-    match &decision {
+    match decision {
         GroupDecision::Swap { to, reason } => {
-            if let Some(old) = current.as_deref().filter(|o| *o != to) {
+            if let Some(old) = current.filter(|o| *o != to) {
                 if let Some((api, md, _)) = mds.iter().find(|(_, md, _)| md.name_any() == old) {
                     if md.spec.replicas != 0 {
                         scale(api, old, 0).await?;
                     }
                     ctx.events
                         .normal(
-                            &obj,
+                            obj,
                             "ModelScaledDown",
                             format!("Scaled down model {old} for swap to {to}"),
                         )
@@ -198,7 +253,7 @@ async fn reconcile_inner(group: Arc<GPUGroup>, ctx: Arc<Context>) -> Result<Acti
             }
             ctx.events
                 .normal(
-                    &obj,
+                    obj,
                     "ModelScaledUp",
                     format!("Scaled up model {to} (reason: {reason})"),
                 )
@@ -206,7 +261,7 @@ async fn reconcile_inner(group: Arc<GPUGroup>, ctx: Arc<Context>) -> Result<Acti
             status.active_model = Some(to.clone());
             status.last_swap_time = Some(to_time(now));
             status.last_swap_reason = Some(reason.clone());
-            status.swap_count = Some(prev.swap_count.unwrap_or(0) + 1);
+            status.swap_count = Some(status.swap_count.unwrap_or(0) + 1);
         }
         GroupDecision::Keep { model, .. } => {
             status.active_model = model.clone();
@@ -216,7 +271,7 @@ async fn reconcile_inner(group: Arc<GPUGroup>, ctx: Arc<Context>) -> Result<Acti
                         scale(api, active, md.spec.min_replicas.max(1)).await?;
                         ctx.events
                             .normal(
-                                &obj,
+                                obj,
                                 "ModelScaledUp",
                                 format!("Ensured model {active} is scaled up"),
                             )
@@ -227,19 +282,27 @@ async fn reconcile_inner(group: Arc<GPUGroup>, ctx: Arc<Context>) -> Result<Acti
         }
         GroupDecision::Blocked { requeue_after, .. } => requeue = *requeue_after,
     }
-    // One active member: every other member runs no replicas.
-    if let Some(active) = status.active_model.clone() {
-        for (api, md, _) in &mds {
-            let name = md.name_any();
-            if name != active && md.spec.replicas > 0 {
-                scale(api, &name, 0).await?;
-            }
-        }
-    }
+    Ok((requeue, preempted_now))
+}
 
-    for (m, (_, md, _)) in members.iter().zip(&mds) {
-        let old = prev_member(&m.name).unwrap_or_default();
-        let is_active = status.active_model.as_deref() == Some(m.name.as_str());
+/// Each member's status: Active, Preempted (now, or still), Queued or
+/// Idle.
+fn member_statuses(
+    members: &[GroupMember],
+    mds: &[Member],
+    prev: &GPUGroupStatus,
+    active: Option<&str>,
+    preempted_now: Option<&(String, String)>,
+    now: SystemTime,
+) -> Vec<GPUGroupModelStatus> {
+    let mut out = Vec::with_capacity(members.len());
+    for (m, (_, md, _)) in members.iter().zip(mds) {
+        let old = prev
+            .model_statuses
+            .iter()
+            .find(|s| s.name == m.name)
+            .cloned()
+            .unwrap_or_default();
         let mut s = GPUGroupModelStatus {
             name: m.name.clone(),
             queued_requests: (m.queued > 0).then_some(m.queued as i32),
@@ -247,9 +310,9 @@ async fn reconcile_inner(group: Arc<GPUGroup>, ctx: Arc<Context>) -> Result<Acti
             last_active_time: md.status.as_ref().and_then(|s| s.last_access_time.clone()),
             ..Default::default()
         };
-        if is_active {
+        if active == Some(m.name.as_str()) {
             s.state = Some(MemberState::Active);
-        } else if let Some((_, by)) = preempted_now.as_ref().filter(|(o, _)| *o == m.name) {
+        } else if let Some((_, by)) = preempted_now.filter(|(o, _)| *o == m.name) {
             s.state = Some(MemberState::Preempted);
             s.preempted_at = Some(to_time(now));
             s.preempted_by = Some(by.clone());
@@ -264,9 +327,15 @@ async fn reconcile_inner(group: Arc<GPUGroup>, ctx: Arc<Context>) -> Result<Acti
                 MemberState::Idle
             });
         }
-        status.model_statuses.push(s);
+        out.push(s);
     }
-    status.phase = Some(match status.active_model.as_deref() {
+    out
+}
+
+/// Idle without an active member, Active once it is ready, Swapping
+/// until then.
+fn group_phase(active: Option<&str>, mds: &[Member]) -> GPUGroupPhase {
+    match active {
         None => GPUGroupPhase::Idle,
         Some(active) => {
             let ready = mds
@@ -279,22 +348,5 @@ async fn reconcile_inner(group: Arc<GPUGroup>, ctx: Arc<Context>) -> Result<Acti
                 GPUGroupPhase::Swapping
             }
         }
-    });
-
-    if serde_json::to_value(&prev)? != serde_json::to_value(&status)? {
-        let patch = json!({
-            "apiVersion": "ai.flexinfer/v1alpha1",
-            "kind": "GPUGroup",
-            "metadata": {"name": group.name_any()},
-            "status": status,
-        });
-        groups
-            .patch_status(
-                &group.name_any(),
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
     }
-    Ok(Action::requeue(requeue))
 }
