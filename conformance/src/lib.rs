@@ -8,8 +8,11 @@
 //! - [`loadgen`]: the keep-alive HTTP/1.1 load generator behind
 //!   `flexinfer-conformance load` (open and closed loop) and
 //!   `flexinfer-sim selftest`.
+//! - [`python`]: the interpreter the SDK-driven tests of this and other
+//!   crates run, and running a script that prints JSON.
 
 pub mod cli;
 pub mod conformance;
 pub mod loadgen;
+pub mod python;
 pub mod sim;

@@ -1,37 +1,23 @@
 //! The official OpenAI Python SDK against the real simulator binary.
 //!
-//! The interpreter comes from `FLEXINFER_PYTHON` (default `python3`) and must
+//! The interpreter is `flexinfer_conformance::python::interpreter()`
+//! (`FLEXINFER_PYTHON`, else the workspace's `.venv`, else `python3`) and must
 //! have the `openai` package; without it this test fails rather than skips.
 
 use crate::support;
 
 use std::path::Path;
-use std::process::Command;
 
+use flexinfer_conformance::python;
 use flexinfer_conformance::sim::synth;
-use serde_json::Value;
 
 const SETUP_HINT: &str = "pip install openai, or run scripts/test.sh which sets up .venv \
                           (then point FLEXINFER_PYTHON at .venv/bin/python)";
 
-fn python() -> String {
-    std::env::var("FLEXINFER_PYTHON").unwrap_or_else(|_| "python3".to_owned())
-}
-
 #[test]
 fn openai_python_sdk_talks_to_the_simulator() {
-    let python = python();
-    let probe = Command::new(&python)
-        .args(["-c", "import openai"])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {python:?} ({e}); set FLEXINFER_PYTHON. {SETUP_HINT}")
-        });
-    assert!(
-        probe.status.success(),
-        "the OpenAI Python SDK is not importable with {python:?}: {}\n{SETUP_HINT}",
-        String::from_utf8_lossy(&probe.stderr).trim()
-    );
+    let python = python::interpreter();
+    python::require(&python, "openai", SETUP_HINT);
 
     // 20 tokens/s: streamed content chunks should arrive about 50 ms apart.
     let sim = support::sim(&[
@@ -43,24 +29,7 @@ fn openai_python_sdk_talks_to_the_simulator() {
         "32",
     ]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/openai_sdk_check.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg(sim.base_url())
-        .arg("sdk-model")
-        .output()
-        .expect("run the SDK script");
-    assert!(
-        output.status.success(),
-        "SDK script failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "SDK script printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    });
+    let result = python::run_json(&python, &script, &[&sim.base_url(), "sdk-model"]);
 
     assert_eq!(result["models"], serde_json::json!(["sdk-model"]));
 

@@ -4,15 +4,16 @@
 //! Responses API's follow-ups reach the pod that created each response, of
 //! two behind one model; Anthropic's SDK and a plain client use `/v1/messages`.
 //!
-//! The interpreter comes from `FLEXINFER_PYTHON` (default `python3`) and must
+//! The interpreter is `flexinfer_conformance::python::interpreter()`
+//! (`FLEXINFER_PYTHON`, else the workspace's `.venv`, else `python3`) and must
 //! have the `openai` and `anthropic` packages; without them this test fails
 //! rather than skips.
 
 use crate::support;
 
 use std::path::Path;
-use std::process::Command;
 
+use flexinfer_conformance::python;
 use serde_json::{json, Value};
 use support::{endpoints, pod, Gateway};
 
@@ -21,18 +22,8 @@ const SETUP_HINT: &str = "run scripts/setup.sh (it creates .venv with the OpenAI
 
 #[test]
 fn openai_python_sdk_works_through_the_gateway() {
-    let python = support::python();
-    let probe = Command::new(&python)
-        .args(["-c", "import openai"])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {python:?} ({e}); set FLEXINFER_PYTHON. {SETUP_HINT}")
-        });
-    assert!(
-        probe.status.success(),
-        "the OpenAI Python SDK is not importable with {python:?}: {}\n{SETUP_HINT}",
-        String::from_utf8_lossy(&probe.stderr).trim()
-    );
+    let python = python::interpreter();
+    python::require(&python, "openai", SETUP_HINT);
 
     // The backend serves `sdk-backend` (the JSON `model` is rewritten to it)
     // and also `sdk-model`, the name a multipart form carries unchanged.
@@ -58,26 +49,12 @@ fn openai_python_sdk_works_through_the_gateway() {
     );
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/openai_sdk_gateway.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg(format!("http://{}", gw.addr))
-        .arg("sdk-key")
-        .arg("sdk-model")
-        .arg("resp-model")
-        .output()
-        .expect("run the SDK script");
-    assert!(
-        output.status.success(),
-        "SDK script failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
+    let base = format!("http://{}", gw.addr);
+    let result = python::run_json(
+        &python,
+        &script,
+        &[&base, "sdk-key", "sdk-model", "resp-model"],
     );
-    let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "SDK script printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    });
     println!("openai SDK {}", result["sdk_version"]);
 
     assert_eq!(

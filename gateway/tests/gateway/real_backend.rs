@@ -84,7 +84,7 @@ impl RealBackend {
 /// Runs one SDK operation (`tests/python/real_backend.py`) and returns its JSON.
 async fn sdk(args: &[&str]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/real_backend.py");
-    let output = tokio::process::Command::new(support::python())
+    let output = tokio::process::Command::new(flexinfer_conformance::python::interpreter())
         .arg(&script)
         .args(args)
         .output()

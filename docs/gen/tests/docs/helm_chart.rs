@@ -14,8 +14,8 @@
 //! `CI=true`, where missing packages fail them.
 
 use crate::repo_root;
+use flexinfer_conformance::python::interpreter;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 
 use clap::CommandFactory;
@@ -32,18 +32,6 @@ const EXTERNAL_ENV: &[&str] = &[
     "NVIDIA_DRIVER_CAPABILITIES",
 ];
 
-fn python() -> PathBuf {
-    if let Some(python) = std::env::var_os("FLEXINFER_PYTHON") {
-        return PathBuf::from(python);
-    }
-    let venv = repo_root().join(".venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        PathBuf::from("python3")
-    }
-}
-
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
@@ -51,7 +39,7 @@ fn in_ci() -> bool {
 /// Runs the chart check with `args`; `None` when the Python packages are
 /// missing outside CI (the test then passes, saying why).
 fn run_check(args: &[&str]) -> Option<String> {
-    let python = python();
+    let python = interpreter();
     let script = repo_root().join("helm/tests/check_chart.py");
     let output = match Command::new(&python).arg(&script).args(args).output() {
         Ok(output) => output,

@@ -3,6 +3,7 @@
 //! kubelet and EndpointSlice controller, the rendered FlexInfer components
 //! as real processes, and model pods as real `flexinfer-sim` processes.
 
+use flexinfer_conformance::python::interpreter;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -33,18 +34,6 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn python() -> PathBuf {
-    if let Some(python) = std::env::var_os("FLEXINFER_PYTHON") {
-        return PathBuf::from(python);
-    }
-    let venv = repo_root().join(".venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        PathBuf::from("python3")
-    }
-}
-
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
@@ -54,7 +43,7 @@ fn in_ci() -> bool {
 /// missing outside CI.
 pub fn render(values: &Value, out: &Path) -> Option<Vec<Value>> {
     let script = repo_root().join("helm/tests/check_chart.py");
-    let output = Command::new(python())
+    let output = Command::new(interpreter())
         .arg(&script)
         .arg("--render")
         .arg(out)

@@ -642,11 +642,6 @@ pub async fn read_until(s: &mut tokio::net::TcpStream, until: &str, limit: Durat
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The Python interpreter with the OpenAI SDK: `$FLEXINFER_PYTHON`, else `python3`.
-pub fn python() -> String {
-    std::env::var("FLEXINFER_PYTHON").unwrap_or_else(|_| "python3".to_owned())
-}
-
 /// One response read off a raw connection.
 #[derive(Debug)]
 pub struct RawResponse {
