@@ -39,6 +39,20 @@ fn model_files() -> (Vec<u8>, Vec<u8>) {
     )
 }
 
+/// A plain registry holding `repo:v1` made of [`model_files`] (a GGUF
+/// file and its config); `None` (the test returns, saying why) without
+/// a registry.
+fn registry_with_model(repo: &str) -> Option<(Registry, Vec<u8>, Vec<u8>)> {
+    let reg = Registry::start(None)?;
+    let (gguf, config) = model_files();
+    reg.push(
+        repo,
+        "v1",
+        &[("tiny.gguf", &gguf), ("config.json", &config)],
+    );
+    Some((reg, gguf, config))
+}
+
 fn flashload() -> Command {
     Command::new(env!("CARGO_BIN_EXE_flexinfer-flashload"))
 }
@@ -49,15 +63,9 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 #[tokio::test]
 async fn resolves_pulls_verified_and_skips_an_identical_second_pull() {
-    let Some(reg) = Registry::start(None) else {
+    let Some((reg, gguf, config)) = registry_with_model("models/tiny") else {
         return;
     };
-    let (gguf, config) = model_files();
-    reg.push(
-        "models/tiny",
-        "v1",
-        &[("tiny.gguf", &gguf), ("config.json", &config)],
-    );
     let c = client(&reg.addr, None);
 
     // Tag → digest: the registry's Docker-Content-Digest and the sha256 of
@@ -133,15 +141,9 @@ async fn resolves_pulls_verified_and_skips_an_identical_second_pull() {
 
 #[tokio::test]
 async fn a_tampered_blob_and_a_wrong_digest_fail_with_clear_errors() {
-    let Some(reg) = Registry::start(None) else {
+    let Some((reg, gguf, _)) = registry_with_model("models/tampered") else {
         return;
     };
-    let (gguf, config) = model_files();
-    reg.push(
-        "models/tampered",
-        "v1",
-        &[("tiny.gguf", &gguf), ("config.json", &config)],
-    );
     let good = sha256_hex(&gguf);
     // Flip one byte of the stored blob, keeping its size.
     let blob = reg.blob_path(&good);
@@ -284,15 +286,9 @@ fn write_half(dest: &Path, name: &str, content: &[u8]) -> usize {
 
 #[tokio::test]
 async fn an_interrupted_pull_resumes_with_a_range_request() {
-    let Some(reg) = Registry::start(None) else {
+    let Some((reg, gguf, config)) = registry_with_model("models/resume") else {
         return;
     };
-    let (gguf, config) = model_files();
-    reg.push(
-        "models/resume",
-        "v1",
-        &[("tiny.gguf", &gguf), ("config.json", &config)],
-    );
     let (relay_addr, seen) = support::relay::start(reg.addr.clone()).await;
     let c = client(&relay_addr, None);
     let reference = Reference::parse(&format!("oci://{relay_addr}/models/resume:v1")).unwrap();

@@ -60,6 +60,22 @@ fn member_with(yaml: &str) -> Member {
 }
 
 /// A GlobalProxy manifest over `(name, base URL, weight)` clusters.
+/// Members `east` and `west` serving model `m`, and a Failover global
+/// object preferring `east`.
+fn east_west_failover() -> (Member, Member, String) {
+    let east = member("east", &["m"]);
+    let west = member("west", &["m"]);
+    let yaml = global_yaml(
+        "Failover",
+        &[
+            ("east", base_url(&east.gateway), 1),
+            ("west", base_url(&west.gateway), 1),
+        ],
+        &["east", "west"],
+    );
+    (east, west, yaml)
+}
+
 fn global_yaml(strategy: &str, clusters: &[(&str, String, u32)], order: &[&str]) -> String {
     let mut yaml = format!(
         "apiVersion: ai.flexinfer/v1alpha2\nkind: GlobalProxy\nmetadata:\n  name: global\n\
@@ -156,16 +172,7 @@ fn retries(metrics: &str, model: &str, reason: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_first_then_failover_when_its_gateway_stops() {
-    let mut east = member("east", &["m"]);
-    let west = member("west", &["m"]);
-    let yaml = global_yaml(
-        "Failover",
-        &[
-            ("east", base_url(&east.gateway), 1),
-            ("west", base_url(&west.gateway), 1),
-        ],
-        &["east", "west"],
-    );
+    let (mut east, _west, yaml) = east_west_failover();
     let global = Gateway::start_global(&yaml, &PROBE_FLAGS);
     wait_health(&global, &["east", "west"], true, Duration::from_secs(20)).await;
 
@@ -467,16 +474,7 @@ async fn warm_far_cluster_beats_a_cold_start_nearby() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_request_takes_a_dead_cluster_out_before_its_next_probe() {
-    let mut east = member("east", &["m"]);
-    let west = member("west", &["m"]);
-    let yaml = global_yaml(
-        "Failover",
-        &[
-            ("east", base_url(&east.gateway), 1),
-            ("west", base_url(&west.gateway), 1),
-        ],
-        &["east", "west"],
-    );
+    let (mut east, _west, yaml) = east_west_failover();
     // Probes every 60 s: only the first round runs within this test.
     let global = Gateway::start_global(
         &yaml,
@@ -571,16 +569,7 @@ async fn the_global_proxy_object_is_watched_in_kubernetes() {
         .start()
         .await
         .expect("in-memory API server");
-    let east = member("east", &["m"]);
-    let west = member("west", &["m"]);
-    let yaml = global_yaml(
-        "Failover",
-        &[
-            ("east", base_url(&east.gateway), 1),
-            ("west", base_url(&west.gateway), 1),
-        ],
-        &["east", "west"],
-    );
+    let (_east, _west, yaml) = east_west_failover();
     let proxies: Api<GlobalProxy> = Api::namespaced(server.client(), "default");
     let object: GlobalProxy = serde_yaml::from_str(&yaml).unwrap();
     proxies
