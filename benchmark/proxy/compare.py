@@ -22,8 +22,12 @@ For each: requests/s at a fixed concurrency with 1 KiB, 32 KiB and 1 MiB
 JSON chat bodies, p50/p99 latency and the latency added over
 direct, CPU seconds per 1,000 requests and peak RSS of the proxy process
 (from /proc), and for streamed answers the time to the first byte and the
-median gap between chunks compared with direct. Ratios against direct make
-figures from noisy machines comparable.
+median gap between chunks compared with direct. The same bodies are also
+sent one request at a time: the latency a proxy adds when nothing queues
+(under load, added latency is mostly the proxy's CPU taken from the backend
+and the load generator on a shared machine). Rounds go round the targets in
+turn, so that a machine whose speed drifts during the run favours none.
+Ratios against direct make figures from noisy machines comparable.
 
 Output: a Markdown table on stdout, FlexInfer's ratios to the Pingora floor
 and to nginx, and JSON and a PNG plot in --out.
@@ -162,7 +166,7 @@ end
 
 def run_wrk(port: int, script: Path, duration: int, connections: int) -> dict:
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script),
+        ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script),
          f"http://127.0.0.1:{port}"],
         capture_output=True, text=True, timeout=duration + 60,
     ).stdout
@@ -176,8 +180,9 @@ def median_figures(rounds: list[dict]) -> dict:
     return {k: statistics.median(r[k] for r in rounds if k in r) for k in sorted(keys)}
 
 
-def sse_profile(port: int, model: str, streams: int) -> dict:
-    """Time to first byte and median chunk gap of streamed answers."""
+def sse_samples(port: int, model: str, streams: int) -> tuple[list, list]:
+    """Times to first byte and gaps between chunks of `streams` streamed
+    answers, one after another on one connection."""
     body = json.dumps(
         {"model": model, "messages": [{"role": "user", "content": "stream"}],
          "max_tokens": 20, "stream": True}
@@ -201,10 +206,8 @@ def sse_profile(port: int, model: str, streams: int) -> dict:
         if arrivals:
             ttfb.append((arrivals[0] - started) * 1e3)
             gaps.extend((b - a) * 1e3 for a, b in zip(arrivals, arrivals[1:-1]))
-    return {
-        "ttfb_ms": statistics.median(ttfb) if ttfb else None,
-        "chunk_gap_ms": statistics.median(gaps) if gaps else None,
-    }
+    conn.close()
+    return ttfb, gaps
 
 
 def nginx_proxy(work: Path, backend: int, model: str) -> Proxy:
@@ -298,7 +301,9 @@ def floor_ratios(results: dict) -> dict:
             if f.get("rps") and o.get("rps"):
                 r[f"rps_vs_{other}"] = round(f["rps"] / o["rps"], 2)
             r[f"{other}_added_p50_ms"] = o.get("added_p50_ms")
+            r[f"{other}_c1_added_p50_ms"] = o.get("c1_added_p50_ms")
         r["added_p50_ms"] = f.get("added_p50_ms")
+        r["c1_added_p50_ms"] = f.get("c1_added_p50_ms")
         r["added_p99_ms"] = f.get("added_p99_ms")
         out[size_name] = r
     sse = {name: e["sse"].get("added_ttfb_ms") for name, e in results.items() if "sse" in e}
@@ -340,11 +345,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3,
                         help="wrk runs per body size; each figure is their median (default 3)")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
-    parser.add_argument("--streams", type=int, default=20, help="streamed answers per target (default 20)")
+    parser.add_argument("--streams", type=int, default=60,
+                        help="streamed answers per target, spread over the rounds (default 60)")
     parser.add_argument("--gateway-threads", type=int, default=1, help="gateway worker threads (default 1, like one nginx worker)")
     parser.add_argument("--litellm-python", default=None, help="Python with litellm[proxy] installed")
     parser.add_argument("--out", default="benchmark-results", help="folder for compare.json and compare.png")
     parser.add_argument("--no-build", action="store_true", help="use existing release binaries")
+    parser.add_argument("--cargo-profile", default="release",
+                        help="cargo profile of every Rust binary measured: release (default) or "
+                             "dist, what the container images ship (slower to build)")
     parser.add_argument("--targets", default="direct,flexinfer,flexinfer-log,pingora,nginx,haproxy",
                         help="comma-separated targets to measure (default: all but litellm)")
     args = parser.parse_args()
@@ -353,11 +362,12 @@ def main() -> None:
         if not shutil.which(tool):
             sys.exit(f"missing {tool}: apt-get install wrk nginx-light haproxy")
     if not args.no_build:
-        subprocess.run(["cargo", "build", "--release", "-q", "-p", "flexinfer-gateway", "-p",
+        profile = ["--profile", args.cargo_profile]
+        subprocess.run(["cargo", "build", *profile, "-q", "-p", "flexinfer-gateway", "-p",
                         "flexinfer-conformance"], cwd=ROOT, check=True)
-        subprocess.run(["cargo", "build", "--release", "-q", "-p", "flexinfer-gateway", "--example",
+        subprocess.run(["cargo", "build", *profile, "-q", "-p", "flexinfer-gateway", "--example",
                         "pingora_floor"], cwd=ROOT, check=True)
-    bins = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+    bins = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / args.cargo_profile
     wanted = set(args.targets.split(","))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -456,31 +466,61 @@ def main() -> None:
             wait_port(haproxy_s.port, "haproxy (stream)")
             stream_targets["haproxy"] = (haproxy_s.port, served)
 
-        results = {}
+        # Rounds go round the targets (A, B, C, A, B, C, ...) rather than
+        # finishing one target first, so that a machine that speeds up or
+        # slows down during the run biases no target.
+        scripts = {(p.name, size_name): wrk_script(work, f"{p.name}-{size_name}", p.model, size)
+                   for p in proxies for size_name, size in SIZES}
+
+        def conns_for(size_name: str) -> int:
+            return args.connections if size_name != "large" else max(4, args.connections // 4)
+
         for p in proxies:
-            entry = {"pid_count": len(p.pids())}
-            for size_name, size in SIZES:
-                script = wrk_script(work, f"{p.name}-{size_name}", p.model, size)
-                conns = args.connections if size_name != "large" else max(4, args.connections // 4)
-                run_wrk(p.port, script, 2, conns)  # warm-up
+            for size_name, _ in SIZES:
+                run_wrk(p.port, scripts[(p.name, size_name)], 2, conns_for(size_name))  # warm-up
+        loaded = {(p.name, s): [] for p in proxies for s, _ in SIZES}
+        unloaded = {(p.name, s): [] for p in proxies for s, _ in SIZES}
+        ttfbs = {name: [] for name in stream_targets}
+        gaps = {name: [] for name in stream_targets}
+        per_round = max(1, args.streams // args.rounds)
+        for _ in range(args.rounds):
+            for p in proxies:
                 pids = p.pids()
-                rounds = []
-                for _ in range(args.rounds):
+                for size_name, _ in SIZES:
+                    script = scripts[(p.name, size_name)]
                     cpu_before = proc_cpu_seconds(pids)
-                    figures = run_wrk(p.port, script, args.duration, conns)
+                    figures = run_wrk(p.port, script, args.duration, conns_for(size_name))
                     cpu = proc_cpu_seconds(pids) - cpu_before
                     requests = figures.get("requests", 0)
                     if p.proc and requests:
                         figures["cpu_s_per_1k"] = round(cpu / requests * 1000, 4)
-                    rounds.append(figures)
-                figures = median_figures(rounds)
-                figures["rss_kib"] = proc_rss_kib(pids) if p.proc else None
+                    loaded[(p.name, size_name)].append(figures)
+                    # The same body one request at a time: the latency the
+                    # proxy adds when nothing queues.
+                    unloaded[(p.name, size_name)].append(
+                        run_wrk(p.port, script, max(1, args.duration // 2), 1))
+                if p.name in stream_targets:
+                    port, model = stream_targets[p.name]
+                    t, g = sse_samples(port, model, per_round)
+                    ttfbs[p.name].extend(t)
+                    gaps[p.name].extend(g)
+        results = {}
+        for p in proxies:
+            entry = {"pid_count": len(p.pids())}
+            for size_name, _ in SIZES:
+                figures = median_figures(loaded[(p.name, size_name)])
+                figures["rss_kib"] = proc_rss_kib(p.pids()) if p.proc else None
+                one = median_figures(unloaded[(p.name, size_name)])
+                figures["c1_p50_ms"] = one.get("p50_ms")
+                figures["c1_p99_ms"] = one.get("p99_ms")
                 entry[size_name] = figures
-            if p.name in stream_targets:
-                port, model = stream_targets[p.name]
-                entry["sse"] = sse_profile(port, model, args.streams)
+            if ttfbs.get(p.name):
+                entry["sse"] = {
+                    "ttfb_ms": statistics.median(ttfbs[p.name]),
+                    "chunk_gap_ms": statistics.median(gaps[p.name]) if gaps[p.name] else None,
+                    "streams": len(ttfbs[p.name]),
+                }
             results[p.name] = entry
-            print(f"measured {p.name}", file=sys.stderr)
 
         direct = results["direct"]
         for name, entry in results.items():
@@ -490,6 +530,8 @@ def main() -> None:
                     fig["rps_ratio"] = round(fig.get("rps", 0) / base["rps"], 3)
                 fig["added_p50_ms"] = round(fig.get("p50_ms", 0) - base.get("p50_ms", 0), 3)
                 fig["added_p99_ms"] = round(fig.get("p99_ms", 0) - base.get("p99_ms", 0), 3)
+                if fig.get("c1_p50_ms") is not None and base.get("c1_p50_ms") is not None:
+                    fig["c1_added_p50_ms"] = round(fig["c1_p50_ms"] - base["c1_p50_ms"], 3)
             if "sse" in entry and direct.get("sse", {}).get("ttfb_ms"):
                 entry["sse"]["added_ttfb_ms"] = round(entry["sse"]["ttfb_ms"] - direct["sse"]["ttfb_ms"], 3)
 
@@ -499,7 +541,9 @@ def main() -> None:
         plotted = plot(results, out / "compare.png")
 
         print(f"\nOn loopback, {args.connections} connections (1 MiB: {max(4, args.connections // 4)}), "
-              f"{args.duration} s per run, median of {args.rounds}, one worker per proxy, {os.cpu_count()} CPUs.\n")
+              f"{args.duration} s per run, median of {args.rounds} rounds taken in turn across the targets, "
+              f"one worker per proxy, {os.cpu_count()} CPUs; '1 connection' runs send one request at a time. "
+              f"SSE: {args.streams} streams per target, taken in turn.\n")
         print("| target | 1 KiB req/s | × direct | p50 / p99 ms | added p50 / p99 ms | CPU s / 1k req | "
               "1 MiB req/s | × direct | added p50 ms | CPU s / 1k req | RSS MiB | SSE TTFB ms | chunk gap ms |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -521,15 +565,16 @@ def main() -> None:
         if ratios:
             print("\nFlexInfer against the Pingora floor and nginx (CPU per request, req/s, added latency):\n")
             print("| body | CPU ÷ pingora | CPU ÷ nginx | req/s ÷ pingora | req/s ÷ nginx | added p50 ms "
-                  "(pingora, nginx) | added p99 ms |")
-            print("|---|---|---|---|---|---|---|")
+                  "(pingora, nginx) | added p99 ms | 1 connection: added p50 ms (pingora, nginx) |")
+            print("|---|---|---|---|---|---|---|---|")
             for size_name, r in ratios.items():
                 if size_name == "sse":
                     continue
                 print(f"| {size_name} | {r.get('cpu_vs_pingora', '—')} | {r.get('cpu_vs_nginx', '—')} | "
                       f"{r.get('rps_vs_pingora', '—')} | {r.get('rps_vs_nginx', '—')} | "
                       f"{r.get('added_p50_ms')} ({r.get('pingora_added_p50_ms')}, {r.get('nginx_added_p50_ms')}) | "
-                      f"{r.get('added_p99_ms')} |")
+                      f"{r.get('added_p99_ms')} | {r.get('c1_added_p50_ms')} "
+                      f"({r.get('pingora_c1_added_p50_ms')}, {r.get('nginx_c1_added_p50_ms')}) |")
             if "sse" in ratios:
                 print(f"\nSSE time to first byte: {ratios['sse']}")
             (out / "compare.json").write_text(json.dumps(

@@ -3,9 +3,12 @@
 //! Names follow the `flexinfer_proxy_*` family so dashboards built for the
 //! original proxy keep working.
 
+use std::fmt;
+use std::sync::OnceLock;
+
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Latency buckets in seconds: from sub-millisecond proxy answers to long generations.
@@ -341,6 +344,47 @@ impl Metrics {
         // Encoding into a Vec cannot fail for well-formed metric families.
         let _ = encoder.encode(&self.registry.gather(), &mut out);
         out
+    }
+}
+
+/// The series of a model that every one of its requests touches, looked up
+/// once per route instead of once per request (a lookup hashes the labels
+/// and takes the family's lock).
+pub struct RouteMeters {
+    /// `flexinfer_proxy_active_requests`.
+    pub active: IntGauge,
+    /// `flexinfer_proxy_ttfb_seconds`.
+    pub ttfb: Histogram,
+    /// `flexinfer_proxy_request_bytes_total`.
+    pub bytes_in: IntCounter,
+    /// `flexinfer_proxy_response_bytes_total`.
+    pub bytes_out: IntCounter,
+}
+
+/// Where a route keeps its [`RouteMeters`] from the first request on. A
+/// route belongs to one gateway, whose metrics fill it.
+#[derive(Default)]
+pub struct MeterCache(OnceLock<RouteMeters>);
+
+impl fmt::Debug for MeterCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "MeterCache(filled)"
+        } else {
+            "MeterCache(empty)"
+        })
+    }
+}
+
+impl Metrics {
+    /// The [`RouteMeters`] of model `name`, kept in `cache`.
+    pub fn route<'a>(&self, name: &str, cache: &'a MeterCache) -> &'a RouteMeters {
+        cache.0.get_or_init(|| RouteMeters {
+            active: self.active.with_label_values(&[name]),
+            ttfb: self.ttfb.with_label_values(&[name]),
+            bytes_in: self.bytes_in.with_label_values(&[name]),
+            bytes_out: self.bytes_out.with_label_values(&[name]),
+        })
     }
 }
 

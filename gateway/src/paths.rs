@@ -113,16 +113,21 @@ fn under(path: &str, prefix: &str) -> bool {
 /// slashes or backslashes, which a backend may resolve into another path
 /// than the one checked.
 fn check_segments(path: &str) -> Result<(), ApiError> {
+    // Most paths have nothing to look at: no dot, percent or backslash.
+    if !path.bytes().any(|b| matches!(b, b'.' | b'%' | b'\\')) {
+        return Ok(());
+    }
     for segment in path.split('/') {
-        let lower = segment.to_ascii_lowercase();
-        let decoded = lower.replace("%2e", ".");
-        if decoded == "." || decoded == ".." {
+        if is_dot_segment(segment) {
             return Err(ApiError::invalid_path(
                 path,
                 "dot segments are not forwarded",
             ));
         }
-        if lower.contains("%2f") || lower.contains("%5c") || segment.contains('\\') {
+        if segment.contains('\\')
+            || contains_escape(segment, b"2f")
+            || contains_escape(segment, b"5c")
+        {
             return Err(ApiError::invalid_path(
                 path,
                 "encoded slashes and backslashes are not forwarded",
@@ -130,6 +135,31 @@ fn check_segments(path: &str) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// Whether `segment` is `.` or `..`, each dot possibly written `%2e`/`%2E`.
+fn is_dot_segment(segment: &str) -> bool {
+    let mut rest = segment.as_bytes();
+    let mut dots = 0;
+    while !rest.is_empty() {
+        if rest[0] == b'.' {
+            rest = &rest[1..];
+        } else if rest.len() >= 3 && rest[0] == b'%' && rest[1..3].eq_ignore_ascii_case(b"2e") {
+            rest = &rest[3..];
+        } else {
+            return false;
+        }
+        dots += 1;
+    }
+    matches!(dots, 1 | 2)
+}
+
+/// Whether `segment` holds the escape `%` + `hex` (any case).
+fn contains_escape(segment: &str, hex: &[u8; 2]) -> bool {
+    segment
+        .as_bytes()
+        .windows(3)
+        .any(|w| w[0] == b'%' && w[1..].eq_ignore_ascii_case(hex))
 }
 
 #[cfg(test)]
@@ -148,6 +178,14 @@ mod tests {
             "/v1/responses/resp_1/cancel",
             "/v1/models/m",
             "/v1/messages/count_tokens",
+        ] {
+            assert!(p.check("m", ok, false).is_ok(), "{ok}");
+        }
+        // Dots and escapes that make no dot segment are paths like others.
+        for ok in [
+            "/v1/models/llama-3.1-8b",
+            "/v1/models/a...b",
+            "/v1/models/%41",
         ] {
             assert!(p.check("m", ok, false).is_ok(), "{ok}");
         }
@@ -172,6 +210,9 @@ mod tests {
             "/v1/./chat/completions",
             "/v1/chat%2fcompletions",
             "/v1/chat/completions%5C..",
+            "/v1/chat/%2E",
+            "/v1/.%2e/x",
+            "/v1/chat/a\\b",
         ] {
             for policy in [PathPolicy::default(), PathPolicy::Any] {
                 let e = policy.check("m", path, true).unwrap_err();

@@ -45,6 +45,8 @@ pub struct ModelRoute {
     pub context_window: Option<u64>,
     /// Whether requests that cannot fit the window are refused.
     pub context_admission: bool,
+    /// The model's per-request metric series, once looked up.
+    pub meters: crate::metrics::MeterCache,
 }
 
 /// How a requested name matched.
@@ -252,6 +254,7 @@ fn build_route(
         max_concurrency: model.max_concurrency,
         context_window: model.context_window,
         context_admission: model.context_admission,
+        meters: Default::default(),
     }
 }
 

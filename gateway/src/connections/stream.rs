@@ -10,7 +10,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pingora_core::protocols::raw_connect::ProxyDigest;
@@ -32,7 +32,10 @@ struct HeaderWait {
     request: u64,
     /// Bytes read during the wait.
     bytes: usize,
-    /// Armed by the first byte.
+    /// When the first byte came. The timer is only armed when the header
+    /// is still incomplete at the next read: most headers arrive whole in
+    /// one read and never need one.
+    first_byte: Option<Instant>,
     deadline: Option<Pin<Box<Sleep>>>,
 }
 
@@ -108,12 +111,18 @@ impl AsyncRead for GuardedStream {
             this.wait = Some(HeaderWait {
                 request,
                 bytes: 0,
+                first_byte: None,
                 deadline: None,
             });
         }
         let limit = this.max_header_bytes;
+        let timeout = this.timeout;
         let (bytes, expired) = match this.wait.as_mut() {
             Some(wait) => {
+                if let (None, Some(first)) = (&wait.deadline, wait.first_byte) {
+                    let at = tokio::time::Instant::from_std(first + timeout);
+                    wait.deadline = Some(Box::pin(tokio::time::sleep_until(at)));
+                }
                 let expired = wait
                     .deadline
                     .as_mut()
@@ -152,8 +161,8 @@ impl AsyncRead for GuardedStream {
                 this.aborts.with_label_values(&["closed"]).inc();
             }
             wait.bytes += read;
-            if read > 0 && wait.deadline.is_none() {
-                wait.deadline = Some(Box::pin(tokio::time::sleep(this.timeout)));
+            if read > 0 && wait.first_byte.is_none() {
+                wait.first_byte = Some(Instant::now());
             }
         }
         Poll::Ready(Ok(()))

@@ -36,6 +36,8 @@ pub use path::percent_decode;
 
 /// Header that names the model explicitly; it beats every other source.
 pub const MODEL_HEADER: &str = "x-model-id";
+/// [`MODEL_HEADER`] parsed once, for lookups.
+const MODEL_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(MODEL_HEADER);
 
 /// Longest model name accepted, in bytes.
 pub const MAX_MODEL_NAME_LEN: usize = 256;
@@ -119,7 +121,7 @@ pub fn from_head(
 ) -> Result<Option<Extracted>, ApiError> {
     let prefix = path::split_model_prefix(path_and_query);
 
-    if let Some(value) = headers.get(MODEL_HEADER) {
+    if let Some(value) = headers.get(MODEL_HEADER_NAME) {
         let text = std::str::from_utf8(value.as_bytes())
             .map_err(|_| ApiError::invalid_field("model", "X-Model-ID must be valid UTF-8"))?;
         let name = text.trim();
@@ -227,6 +229,17 @@ pub async fn extract(
 /// `/`, no `.` or `..` segment, no backslash and no percent-encoded dot,
 /// slash or backslash. Inner `/` stays legal (`org/model` names are common).
 pub fn validate_model_name(name: &str) -> Result<(), ApiError> {
+    // Most names (`llama-3.1-8b`, `org:model_v2`) have none of the
+    // characters the checks below look for: one pass settles them.
+    let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':');
+    if !name.is_empty()
+        && name.len() <= MAX_MODEL_NAME_LEN
+        && name.bytes().all(plain)
+        && name != "."
+        && name != ".."
+    {
+        return Ok(());
+    }
     let reason = if name.is_empty() {
         "must not be empty"
     } else if name.len() > MAX_MODEL_NAME_LEN {

@@ -98,6 +98,7 @@ impl GlobalRegistry {
             max_concurrency: None,
             context_window: None,
             context_admission: false,
+            meters: Default::default(),
         };
         Resolved {
             route: Arc::new(route),

@@ -7,15 +7,17 @@ use pingora_proxy::Session;
 
 use crate::errors::ApiError;
 
-/// Reads the whole request body, refusing more than `limit` bytes.
+/// Reads the whole request body, refusing more than `limit` bytes;
+/// `declared` is its `Content-Length` ([`declared_length`]), already
+/// checked against the limit.
 ///
 /// Pingora keeps a copy of bodies up to 64 KiB and sends it upstream itself
 /// (see `request_body_filter`); larger ones are forwarded as a subrequest.
-pub(super) async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, ApiError> {
-    let declared = declared_length(session.req_header());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::body_too_large(limit));
-    }
+pub(super) async fn read_body(
+    session: &mut Session,
+    limit: usize,
+    declared: Option<usize>,
+) -> Result<Bytes, ApiError> {
     if expects_continue(session.req_header()) {
         // The client holds the body back until told to send it (curl
         // does for large uploads, waiting a second otherwise). The body

@@ -7,7 +7,7 @@ use pingora_http::RequestHeader;
 
 use std::sync::Arc;
 
-use super::headers::API_KEY;
+use super::headers::parsed;
 use super::Gateway;
 use crate::auth::bearer_token;
 use crate::errors::ApiError;
@@ -40,7 +40,7 @@ fn presented_key(req: &RequestHeader) -> Option<&[u8]> {
         Some(v) => bearer_token(v.as_bytes()),
         None => req
             .headers
-            .get(API_KEY)
+            .get(parsed::API_KEY)
             .map(|v| v.as_bytes().trim_ascii())
             .filter(|k| !k.is_empty()),
     }

@@ -98,35 +98,51 @@ impl RequestIds {
             Some(id) => Arc::from(id),
             None => {
                 let n = self.counter.fetch_add(1, Ordering::Relaxed);
-                Arc::from(request_uuid(self.seed, n))
+                let mut text = [0u8; UUID_LEN];
+                Arc::from(request_uuid(self.seed, n, &mut text))
             }
         }
     }
 }
 
+/// Length of a UUID's text form.
+const UUID_LEN: usize = 36;
+
 /// Formats `seed` and `counter` as a UUID with version 4 and the RFC 4122
-/// variant: unique per gateway process for 2^62 requests.
-fn request_uuid(seed: u64, counter: u64) -> String {
+/// variant (unique per gateway process for 2^62 requests), into `text`.
+fn request_uuid(seed: u64, counter: u64, text: &mut [u8; UUID_LEN]) -> &str {
     let hi = (seed & !0xf000) | 0x4000;
     let lo = (counter & 0x3fff_ffff_ffff_ffff) | 0x8000_0000_0000_0000;
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        hi >> 32,
-        (hi >> 16) & 0xffff,
-        hi & 0xffff,
-        lo >> 48,
-        lo & 0xffff_ffff_ffff
-    )
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&hi.to_be_bytes());
+    bytes[8..].copy_from_slice(&lo.to_be_bytes());
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut at = 0;
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text[at] = b'-';
+            at += 1;
+        }
+        text[at] = DIGITS[usize::from(byte >> 4)];
+        text[at + 1] = DIGITS[usize::from(byte & 0xf)];
+        at += 2;
+    }
+    std::str::from_utf8(text).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn request_ids_are_version_4_uuids() {
-        let id = super::request_uuid(0xdead_beef_0123_4567, 5);
-        assert_eq!(id, "deadbeef-0123-4567-8000-000000000005");
-        let other = super::request_uuid(0xffff_ffff_ffff_ffff, u64::MAX);
-        assert_eq!(other, "ffffffff-ffff-4fff-bfff-ffffffffffff");
-        assert_ne!(super::request_uuid(1, 1), super::request_uuid(1, 2));
+        let uuid = |seed, n| super::request_uuid(seed, n, &mut [0; 36]).to_string();
+        assert_eq!(
+            uuid(0xdead_beef_0123_4567, 5),
+            "deadbeef-0123-4567-8000-000000000005"
+        );
+        assert_eq!(
+            uuid(0xffff_ffff_ffff_ffff, u64::MAX),
+            "ffffffff-ffff-4fff-bfff-ffffffffffff"
+        );
+        assert_ne!(uuid(1, 1), uuid(1, 2));
     }
 }

@@ -20,7 +20,11 @@ impl Gateway {
         plan: Box<ForwardPlan>,
     ) -> Result<bool> {
         let route = &plan.resolved.route;
-        let gauge = self.metrics.active.with_label_values(&[&route.name]);
+        let gauge = self
+            .metrics
+            .route(&route.name, &route.meters)
+            .active
+            .clone();
         gauge.inc();
         ctx.model_gauge = Some(gauge);
         self.metrics

@@ -16,6 +16,17 @@ pub const API_KEY: &str = "x-api-key";
 /// model), never forwarded upstream.
 pub const WORKLOAD_CLASS: &str = "x-flexinfer-internal-workload-class";
 
+/// The names the request path looks up or strips on every request, parsed
+/// once: a name given as a string is parsed again on each lookup.
+pub(super) mod parsed {
+    use http::HeaderName;
+
+    pub const REQUEST_ID: HeaderName = HeaderName::from_static(super::REQUEST_ID);
+    pub const API_KEY: HeaderName = HeaderName::from_static(super::API_KEY);
+    pub const WORKLOAD_CLASS: HeaderName = HeaderName::from_static(super::WORKLOAD_CLASS);
+}
+
+use http::HeaderValue;
 use pingora_error::Result;
 use pingora_http::ResponseHeader;
 
@@ -48,8 +59,8 @@ impl Gateway {
             return Ok(());
         };
         if let Some(since) = plan.completion_since {
-            let ms = since.elapsed().as_millis().to_string();
-            resp.insert_header(usage_headers::UPSTREAM_MS, ms)?;
+            let ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+            resp.insert_header(usage_headers::UPSTREAM_MS, HeaderValue::from(ms))?;
         }
         if let Some(clamped) = plan.clamped.as_deref() {
             resp.insert_header(MAX_TOKENS_CLAMPED, clamped)?;

@@ -29,6 +29,7 @@ mod headers;
 mod listing;
 mod metering;
 mod plan;
+mod prompt;
 mod record;
 mod respond;
 mod responses;
@@ -63,7 +64,6 @@ use crate::ratelimit::RouteLimiter;
 use crate::registry::ModelRegistry;
 use crate::tenants::Tenants;
 use context::RequestIds;
-use headers::REQUEST_ID;
 use respond::{answer_failure, reject, respond};
 
 /// Pause before an attempt goes to an endpoint tried before (as the
@@ -161,7 +161,10 @@ impl ProxyHttp for Gateway {
         if session.subrequest_ctx.is_some() {
             return self.adopt_subrequest(session, ctx).await;
         }
-        let inbound_id = session.req_header().headers.get(REQUEST_ID);
+        let inbound_id = session
+            .req_header()
+            .headers
+            .get(headers::parsed::REQUEST_ID);
         ctx.request_id = Some(self.request_ids.for_request(inbound_id));
         if let Err(e) = checks::check_framing(session.req_header()) {
             return reject(session, ctx, e).await;

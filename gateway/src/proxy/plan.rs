@@ -14,8 +14,9 @@ use pingora_proxy::Session;
 use super::body::{declared_length, read_body};
 use super::body_edits::{BodyEdits, PlannedBody, INCLUDE_USAGE};
 use super::context::RequestCtx;
-use super::headers::WORKLOAD_CLASS;
+use super::headers::parsed;
 use super::metering::{self, Metering};
+pub(super) use super::prompt::PromptRouting;
 use super::window::{self, Clamp};
 use super::Gateway;
 use crate::activation::{ActiveRequest, Admission, AdmitRequest, FlowPermit};
@@ -23,8 +24,8 @@ use crate::errors::ApiError;
 use crate::extract::{self, BodyKind, JsonView};
 use crate::flow::{Class, Waiter};
 use crate::label_groups::{GroupKeys, GroupTicket, LabelGroup};
-use crate::registry::{MatchKind, ModelRoute, Resolved};
-use crate::routing::{self, CacheAwareRequest, KeySource, PromptBlocks, RoutingInputs, Strategy};
+use crate::registry::{ModelRoute, Resolved};
+use crate::routing::{self, KeySource, RoutingInputs, Strategy};
 use crate::tenants::Tenant;
 
 /// Everything decided about a request before it is forwarded.
@@ -144,12 +145,13 @@ impl Gateway {
             head.kind = BodyKind::Other;
         }
         let limit = self.settings.max_body_bytes;
-        if declared_length(session.req_header()).is_some_and(|n| n > limit) {
+        let declared = declared_length(session.req_header());
+        if declared.is_some_and(|n| n > limit) {
             // Refused before a byte of it is read or forwarded.
             return Err(ApiError::body_too_large(limit));
         }
         let body = if head.needs_body() {
-            let body = read_body(session, self.settings.max_body_bytes).await?;
+            let body = read_body(session, limit, declared).await?;
             ctx.request_bytes = body.len() as u64;
             Some(body)
         } else {
@@ -537,57 +539,9 @@ impl Gateway {
 /// background` (trimmed, any case); any other value is foreground.
 fn is_background(headers: &HeaderMap) -> bool {
     headers
-        .get(WORKLOAD_CLASS)
+        .get(parsed::WORKLOAD_CLASS)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("background"))
-}
-
-/// What [`Strategy::CacheAware`] scores a request by.
-pub(super) struct PromptRouting {
-    pub(super) blocks: PromptBlocks,
-    /// A session the client named (header or body), never one derived
-    /// from the messages.
-    pub(super) session: Option<String>,
-    /// The LoRA adapter asked for.
-    pub(super) adapter: Option<Arc<str>>,
-}
-
-impl PromptRouting {
-    fn of(headers: &HeaderMap, json: Option<&JsonView<'_>>, resolved: &Resolved) -> Self {
-        let inputs = json.map_or_else(RoutingInputs::default, |v| RoutingInputs {
-            session_id: v.session_id.as_deref(),
-            messages: v.messages,
-            prompt: v.prompt,
-            ..RoutingInputs::default()
-        });
-        // Without the messages, only a session the client named counts.
-        let named = RoutingInputs {
-            session_id: inputs.session_id,
-            ..RoutingInputs::default()
-        };
-        let session = routing::session_key(headers, &named).map(|(key, _)| key);
-        let block_size = resolved.route.options.cache_aware.block_size;
-        let blocks = if session.is_some() {
-            PromptBlocks::default()
-        } else {
-            PromptBlocks::of_request(&inputs, block_size)
-        };
-        let adapter = (resolved.kind == MatchKind::Lora).then(|| resolved.upstream_model.clone());
-        Self {
-            blocks,
-            session,
-            adapter,
-        }
-    }
-
-    /// The borrowed view the endpoint set scores.
-    pub(super) fn request(&self) -> CacheAwareRequest<'_> {
-        CacheAwareRequest {
-            blocks: self.blocks.hashes(),
-            session: self.session.as_deref(),
-            adapter: self.adapter.as_deref(),
-        }
-    }
 }
 
 /// The model the request names: the head's, else the JSON `model`, else a
@@ -613,6 +567,6 @@ async fn requested_model(
         }
         _ => return Err(ApiError::missing_model()),
     };
-    extract::validate_model_name(&requested)?;
+    // Each source validated the name as it read it.
     Ok(requested)
 }

@@ -6,7 +6,7 @@ use pingora_proxy::Session;
 
 use super::context::RequestCtx;
 use super::Gateway;
-use crate::metrics::route_label;
+use crate::metrics::{route_label, RouteMeters};
 
 impl Gateway {
     /// Records a request that ended (successfully or not).
@@ -41,17 +41,25 @@ impl Gateway {
             .duration
             .with_label_values(&[model, route])
             .observe(elapsed.as_secs_f64());
-        if ctx.request_bytes > 0 {
-            self.metrics
-                .bytes_in
-                .with_label_values(&[model])
-                .inc_by(ctx.request_bytes);
-        }
-        if ctx.response_bytes > 0 {
-            self.metrics
-                .bytes_out
-                .with_label_values(&[model])
-                .inc_by(ctx.response_bytes);
+        match self.route_meters(ctx) {
+            Some(meters) => {
+                meters.bytes_in.inc_by(ctx.request_bytes);
+                meters.bytes_out.inc_by(ctx.response_bytes);
+            }
+            None => {
+                if ctx.request_bytes > 0 {
+                    self.metrics
+                        .bytes_in
+                        .with_label_values(&[model])
+                        .inc_by(ctx.request_bytes);
+                }
+                if ctx.response_bytes > 0 {
+                    self.metrics
+                        .bytes_out
+                        .with_label_values(&[model])
+                        .inc_by(ctx.response_bytes);
+                }
+            }
         }
         tracing::info!(
             request_id = ctx.request_id.as_deref().unwrap_or(""),
@@ -73,10 +81,21 @@ impl Gateway {
         }
         ctx.ttfb_seen = true;
         if let Some(start) = ctx.start {
-            self.metrics
-                .ttfb
-                .with_label_values(&[ctx.model_label()])
-                .observe(start.elapsed().as_secs_f64());
+            let seconds = start.elapsed().as_secs_f64();
+            match self.route_meters(ctx) {
+                Some(meters) => meters.ttfb.observe(seconds),
+                None => self
+                    .metrics
+                    .ttfb
+                    .with_label_values(&[ctx.model_label()])
+                    .observe(seconds),
+            }
         }
+    }
+
+    /// The series of the request's model, when it was planned here.
+    fn route_meters<'a>(&self, ctx: &'a RequestCtx) -> Option<&'a RouteMeters> {
+        let route = &ctx.plan.as_ref()?.resolved.route;
+        Some(self.metrics.route(&route.name, &route.meters))
     }
 }

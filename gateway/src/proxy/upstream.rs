@@ -3,14 +3,14 @@
 
 use std::sync::atomic::Ordering;
 
-use http::header;
+use http::{header, HeaderValue};
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
 
 use super::context::{EndpointLease, RequestCtx};
-use super::headers::{API_KEY, REQUEST_ID, WORKLOAD_CLASS};
+use super::headers::{parsed, REQUEST_ID};
 use super::Gateway;
 use crate::errors::ApiError;
 use crate::routing::health::Change;
@@ -310,11 +310,11 @@ impl Gateway {
         upstream: &mut RequestHeader,
         ctx: &RequestCtx,
     ) -> Result<()> {
-        upstream.remove_header(WORKLOAD_CLASS);
+        upstream.remove_header(&parsed::WORKLOAD_CLASS);
         if self.tenants.is_some() || self.admin_keys.is_some() {
             // The gateway's API keys are not the backend's business.
             upstream.remove_header(&header::AUTHORIZATION);
-            upstream.remove_header(API_KEY);
+            upstream.remove_header(&parsed::API_KEY);
         }
         if let Some(key) = &self.settings.upstream_authorization {
             upstream.insert_header(header::AUTHORIZATION, key.clone())?;
@@ -338,7 +338,7 @@ impl Gateway {
             // The client's `Expect: 100-continue` was answered when the body
             // was read; the upstream gets the body at once.
             upstream.remove_header(&header::EXPECT);
-            upstream.insert_header(header::CONTENT_LENGTH, body.len().to_string())?;
+            upstream.insert_header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))?;
         }
         upstream.insert_header(REQUEST_ID, plan.request_id.as_ref())?;
         Ok(())

@@ -10,9 +10,12 @@ use pingora_ketama::{Bucket, Continuum, Version};
 
 use super::backend_load::BackendLoad;
 use super::cache_aware::{CacheAwareRequest, Decision};
-use super::health::{Change, EndpointHealth, OutlierPolicy, Standing};
+use super::health::{EndpointHealth, Standing};
+use super::in_flight::EndpointState;
+pub use super::in_flight::InFlight;
 use super::prefix_index::PrefixIndex;
 use super::strategy::{RoutingOptions, Strategy};
+pub use super::upstream::Upstream;
 
 /// Virtual nodes per endpoint on the hash ring: 150, enough points for an
 /// even spread over a handful of pods.
@@ -21,65 +24,6 @@ pub const VIRTUAL_NODES_PER_ENDPOINT: u32 = 150;
 /// Ring node indices are 16-bit, so a set holds at most this many endpoints;
 /// further ones are ignored. No model comes anywhere near it.
 pub const MAX_ENDPOINTS: usize = u16::MAX as usize;
-
-/// One upstream pod that can serve a model.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Upstream {
-    /// Where to connect. Also the pod's identity on the hash ring, so a pod
-    /// keeps its keys for as long as its address stays in the set.
-    pub addr: SocketAddr,
-    /// Display id for logs and metrics (e.g. `10.0.0.5:8000`, a pod name or
-    /// a URL); never used for routing decisions.
-    pub name: String,
-    /// Share of requests under [`Strategy::Weighted`] (0: backup only);
-    /// 1 unless set, and ignored by every other strategy.
-    pub weight: u32,
-}
-
-impl Upstream {
-    /// An upstream with an explicit display name.
-    pub fn new(addr: SocketAddr, name: impl Into<String>) -> Self {
-        Upstream {
-            addr,
-            name: name.into(),
-            weight: 1,
-        }
-    }
-
-    /// The same upstream with another [`Upstream::weight`].
-    pub fn with_weight(mut self, weight: u32) -> Self {
-        self.weight = weight;
-        self
-    }
-}
-
-impl From<SocketAddr> for Upstream {
-    /// An upstream named after its address, for the common case where the
-    /// address is the only identity there is.
-    fn from(addr: SocketAddr) -> Self {
-        Upstream {
-            addr,
-            name: addr.to_string(),
-            weight: 1,
-        }
-    }
-}
-
-/// One endpoint's shared state, on a cache line of its own so that requests
-/// on different pods do not contend: its requests in flight and its health.
-#[derive(Debug, Default)]
-#[repr(align(64))]
-struct EndpointState {
-    in_flight: AtomicUsize,
-    health: EndpointHealth,
-    backend: BackendLoad,
-}
-
-impl EndpointState {
-    fn get(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-}
 
 /// The ready endpoints of one model, with their hash ring and in-flight
 /// counters.
@@ -603,51 +547,6 @@ impl fmt::Debug for EndpointSet {
                     .collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
-    }
-}
-
-/// A request counted as in flight on one endpoint; the count drops when this
-/// guard does.
-///
-/// Keep it in the per-request context from the moment the peer is chosen
-/// until the request is done (it is `Send + 'static`), so least-loaded and
-/// bounded-load routing see the real load, including while streaming.
-#[derive(Debug)]
-#[must_use = "the request counts as in flight only while the guard is alive"]
-pub struct InFlight {
-    state: Arc<EndpointState>,
-    /// This request is the endpoint's trial after an ejection.
-    trial: bool,
-    /// An outcome was recorded.
-    settled: bool,
-}
-
-impl InFlight {
-    /// Whether this request is the endpoint's trial after an ejection.
-    pub fn is_trial(&self) -> bool {
-        self.trial
-    }
-
-    /// The connection to the endpoint failed (refused, timed out, or
-    /// closed before any answer).
-    pub fn failed(&mut self, policy: &OutlierPolicy) -> Change {
-        self.settled = true;
-        self.state.health.record_failure(policy, self.trial)
-    }
-
-    /// The endpoint answered.
-    pub fn succeeded(&mut self) -> Change {
-        self.settled = true;
-        self.state.health.record_success(self.trial)
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if self.trial && !self.settled {
-            self.state.health.release_trial();
-        }
     }
 }
 

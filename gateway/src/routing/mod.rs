@@ -29,11 +29,13 @@ mod blocks;
 pub mod cache_aware;
 mod endpoints;
 pub mod health;
+mod in_flight;
 mod keys;
 mod messages;
 pub mod prefix_index;
 mod strategy;
 mod text;
+mod upstream;
 
 pub use blocks::{PromptBlocks, BYTES_PER_TOKEN, DEFAULT_BLOCK_SIZE, MAX_PROMPT_BLOCKS};
 pub use cache_aware::{CacheAwareOptions, CacheAwareRequest, Decision};
