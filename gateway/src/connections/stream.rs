@@ -36,6 +36,7 @@ struct HeaderWait {
     /// is still incomplete at the next read: most headers arrive whole in
     /// one read and never need one.
     first_byte: Option<Instant>,
+    /// `first_byte` plus the header timeout, once armed.
     deadline: Option<Pin<Box<Sleep>>>,
 }
 
