@@ -116,16 +116,16 @@ fn request_uuid(seed: u64, counter: u64, text: &mut [u8; UUID_LEN]) -> &str {
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&hi.to_be_bytes());
     bytes[8..].copy_from_slice(&lo.to_be_bytes());
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut at = 0;
-    for (i, byte) in bytes.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
+    for (i, group) in [0..4, 4..6, 6..8, 8..10, 10..16].into_iter().enumerate() {
+        if i > 0 {
             text[at] = b'-';
             at += 1;
         }
-        text[at] = DIGITS[usize::from(byte >> 4)];
-        text[at + 1] = DIGITS[usize::from(byte & 0xf)];
-        at += 2;
+        let end = at + 2 * group.len();
+        // The slice is exactly twice the group's length: this cannot fail.
+        let _ = hex::encode_to_slice(&bytes[group], &mut text[at..end]);
+        at = end;
     }
     std::str::from_utf8(text).unwrap_or_default()
 }
