@@ -11,6 +11,9 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::registry::ModelRoute;
+use crate::routing::{KeySource, Strategy};
+
 /// Latency buckets in seconds: from sub-millisecond proxy answers to long generations.
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -359,6 +362,74 @@ pub struct RouteMeters {
     pub bytes_in: IntCounter,
     /// `flexinfer_proxy_response_bytes_total`.
     pub bytes_out: IntCounter,
+    /// `flexinfer_proxy_requests_total` with status 200, by route label.
+    answered: [OnceLock<IntCounter>; ROUTE_LABELS.len()],
+    /// `flexinfer_proxy_request_duration_seconds`, by route label.
+    durations: [OnceLock<Histogram>; ROUTE_LABELS.len()],
+    /// `flexinfer_proxy_routing_total` under the model's own strategy, by
+    /// key source.
+    routed: [OnceLock<IntCounter>; KeySource::COUNT],
+    /// `flexinfer_proxy_endpoint_active_requests`, by endpoint index.
+    endpoint_active: Box<[OnceLock<IntGauge>]>,
+}
+
+impl RouteMeters {
+    /// Counts a finished request of the model `model` (this route's name)
+    /// and observes its duration.
+    pub fn finished(&self, metrics: &Metrics, model: &str, status: u16, path: &str, seconds: f64) {
+        let label = route_label_index(path);
+        let route = ROUTE_LABELS[label];
+        if status == 200 {
+            self.answered[label]
+                .get_or_init(|| metrics.requests.with_label_values(&[model, "200", route]))
+                .inc();
+        } else {
+            metrics.count_request(model, status, route);
+        }
+        self.durations[label]
+            .get_or_init(|| metrics.duration.with_label_values(&[model, route]))
+            .observe(seconds);
+    }
+
+    /// Counts a routing decision of the model `model`; `own` says that
+    /// `strategy` is the model's configured one (the series kept here).
+    pub fn routed(
+        &self,
+        metrics: &Metrics,
+        model: &str,
+        (strategy, own): (Strategy, bool),
+        source: KeySource,
+    ) {
+        let lookup = || {
+            metrics
+                .routing
+                .with_label_values(&[model, strategy.as_str(), source.as_str()])
+        };
+        match own {
+            true => self.routed[source as usize].get_or_init(lookup).inc(),
+            false => lookup().inc(),
+        }
+    }
+
+    /// The in-flight gauge of endpoint `idx` (named `endpoint`) of the
+    /// model `model`.
+    pub fn endpoint_active(
+        &self,
+        metrics: &Metrics,
+        model: &str,
+        idx: usize,
+        endpoint: &str,
+    ) -> IntGauge {
+        let lookup = || {
+            metrics
+                .endpoint_active
+                .with_label_values(&[model, endpoint])
+        };
+        match self.endpoint_active.get(idx) {
+            Some(slot) => slot.get_or_init(lookup).clone(),
+            None => lookup(),
+        }
+    }
 }
 
 /// Where a route keeps its [`RouteMeters`] from the first request on. A
@@ -377,14 +448,28 @@ impl fmt::Debug for MeterCache {
 }
 
 impl Metrics {
-    /// The [`RouteMeters`] of model `name`, kept in `cache`.
-    pub fn route<'a>(&self, name: &str, cache: &'a MeterCache) -> &'a RouteMeters {
-        cache.0.get_or_init(|| RouteMeters {
+    /// The [`RouteMeters`] of `route`, kept in the route.
+    pub fn route<'a>(&self, route: &'a ModelRoute) -> &'a RouteMeters {
+        let name = route.name.as_str();
+        route.meters.0.get_or_init(|| RouteMeters {
             active: self.active.with_label_values(&[name]),
             ttfb: self.ttfb.with_label_values(&[name]),
             bytes_in: self.bytes_in.with_label_values(&[name]),
             bytes_out: self.bytes_out.with_label_values(&[name]),
+            answered: std::array::from_fn(|_| OnceLock::new()),
+            durations: std::array::from_fn(|_| OnceLock::new()),
+            routed: std::array::from_fn(|_| OnceLock::new()),
+            endpoint_active: (0..route.endpoints.len())
+                .map(|_| OnceLock::new())
+                .collect(),
         })
+    }
+
+    /// Counts a finished request of a model without [`RouteMeters`].
+    pub fn count_request(&self, model: &str, status: u16, route: &str) {
+        self.requests
+            .with_label_values(&[model, &status.to_string(), route])
+            .inc();
     }
 }
 
@@ -394,41 +479,96 @@ impl Default for Metrics {
     }
 }
 
+/// Every value of the `route` label: the known OpenAI routes, the
+/// follow-ups of a stored response, and `other`.
+const ROUTE_LABELS: [&str; 18] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/images/generations",
+    "/v1/images/edits",
+    "/v1/images/variations",
+    "/v1/audio/transcriptions",
+    "/v1/audio/translations",
+    "/v1/audio/speech",
+    "/v1/rerank",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/models",
+    "/v1/responses/{id}/input_items",
+    "/v1/responses/{id}/cancel",
+    "/v1/responses/{id}",
+    "other",
+];
+
+/// How many of [`ROUTE_LABELS`] are paths matched as they are.
+const EXACT_ROUTES: usize = 14;
+
 /// Collapses a request path into a bounded label: known OpenAI routes keep
 /// their name, everything else is `other`.
 pub fn route_label(path: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "/v1/chat/completions",
-        "/v1/completions",
-        "/v1/embeddings",
-        "/v1/images/generations",
-        "/v1/images/edits",
-        "/v1/images/variations",
-        "/v1/audio/transcriptions",
-        "/v1/audio/translations",
-        "/v1/audio/speech",
-        "/v1/rerank",
-        "/v1/responses",
-        "/v1/messages",
-        "/v1/messages/count_tokens",
-        "/v1/models",
-    ];
+    ROUTE_LABELS[route_label_index(path)]
+}
+
+/// The place of a path's label in [`ROUTE_LABELS`].
+fn route_label_index(path: &str) -> usize {
     let path = path.split('?').next().unwrap_or(path);
-    if let Some(known) = KNOWN.iter().copied().find(|k| *k == path) {
-        return known;
+    if let Some(i) = ROUTE_LABELS[..EXACT_ROUTES].iter().position(|k| *k == path) {
+        return i;
     }
     // Follow-ups of a stored response: one label, whatever the id.
     match path.strip_prefix("/v1/responses/") {
-        Some(rest) if rest.ends_with("/input_items") => "/v1/responses/{id}/input_items",
-        Some(rest) if rest.ends_with("/cancel") => "/v1/responses/{id}/cancel",
-        Some(rest) if !rest.is_empty() && !rest.contains('/') => "/v1/responses/{id}",
-        _ => "other",
+        Some(rest) if rest.ends_with("/input_items") => EXACT_ROUTES,
+        Some(rest) if rest.ends_with("/cancel") => EXACT_ROUTES + 1,
+        Some(rest) if !rest.is_empty() && !rest.contains('/') => EXACT_ROUTES + 2,
+        _ => ROUTE_LABELS.len() - 1,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_meters_feed_the_labelled_series() {
+        use crate::config::ModelTable;
+        use crate::ratelimit::LimitSettings;
+        use crate::registry::{ModelRegistry, RouteStore};
+
+        let table = ModelTable::from_yaml(
+            "models:\n- name: m\n  endpoints: ['127.0.0.1:1', '127.0.0.1:2']\n",
+        )
+        .unwrap();
+        let store = RouteStore::from_table(&table, LimitSettings::default());
+        let route = store.resolve("m").unwrap().route;
+        let m = Metrics::new();
+        let meters = m.route(&route);
+        for _ in 0..2 {
+            meters.finished(&m, "m", 200, "/v1/chat/completions?x=1", 0.01);
+        }
+        meters.finished(&m, "m", 503, "/v1/chat/completions", 0.01);
+        let own = (route.strategy, true);
+        meters.routed(&m, "m", own, KeySource::None);
+        meters.routed(&m, "m", (Strategy::Failover, false), KeySource::None);
+        meters.endpoint_active(&m, "m", 1, "127.0.0.1:2").inc();
+        // Past the route's endpoints: looked up, not cached.
+        meters.endpoint_active(&m, "m", 7, "x").inc();
+        let ok = &["m", "200", "/v1/chat/completions"];
+        assert_eq!(m.requests.with_label_values(ok).get(), 2);
+        let failed = &["m", "503", "/v1/chat/completions"];
+        assert_eq!(m.requests.with_label_values(failed).get(), 1);
+        let durations = m.duration.with_label_values(&["m", "/v1/chat/completions"]);
+        assert_eq!(durations.get_sample_count(), 3);
+        let routed = |strategy: Strategy| {
+            m.routing
+                .with_label_values(&["m", strategy.as_str(), "none"])
+                .get()
+        };
+        assert_eq!((routed(route.strategy), routed(Strategy::Failover)), (1, 1));
+        let active = |endpoint| m.endpoint_active.with_label_values(&["m", endpoint]).get();
+        assert_eq!((active("127.0.0.1:2"), active("x")), (1, 1));
+    }
 
     #[test]
     fn renders_registered_families() {

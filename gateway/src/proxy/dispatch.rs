@@ -20,21 +20,17 @@ impl Gateway {
         plan: Box<ForwardPlan>,
     ) -> Result<bool> {
         let route = &plan.resolved.route;
-        let gauge = self
-            .metrics
-            .route(&route.name, &route.meters)
-            .active
-            .clone();
+        let meters = self.metrics.route(route);
+        let gauge = meters.active.clone();
         gauge.inc();
         ctx.model_gauge = Some(gauge);
-        self.metrics
-            .routing
-            .with_label_values(&[
-                &route.name,
-                plan.strategy.as_str(),
-                plan.key_source.as_str(),
-            ])
-            .inc();
+        let own_strategy = plan.strategy == route.strategy;
+        meters.routed(
+            &self.metrics,
+            &route.name,
+            (plan.strategy, own_strategy),
+            plan.key_source,
+        );
         let held = plan.hold_for_usage && !route.endpoints.is_empty();
         if plan.body.is_some() && (held || session.as_ref().retry_buffer_truncated()) {
             return self.forward_buffered(session, ctx, plan).await;

@@ -140,6 +140,11 @@ impl ProxyHttp for Gateway {
         RequestCtx::default()
     }
 
+    /// No downstream modules. Pingora's default adds its response
+    /// compression module, switched off, which still builds a context and
+    /// runs four filters on every request. Engines' answers pass as sent.
+    fn init_downstream_modules(&self, _modules: &mut pingora_core::modules::http::HttpModules) {}
+
     fn allow_spawning_subrequest(&self, _session: &Session, ctx: &RequestCtx) -> bool {
         !ctx.is_subrequest
     }

@@ -17,7 +17,6 @@ impl Gateway {
         }
         let model = ctx.model_label();
         let path = session.req_header().uri.path();
-        let route = route_label(path);
         let status = match ctx.status {
             0 => session
                 .as_downstream()
@@ -26,27 +25,25 @@ impl Gateway {
             status => status,
         };
         let elapsed = ctx.start.map(|s| s.elapsed()).unwrap_or_default();
-        let status_label = status.to_string();
-        self.metrics
-            .requests
-            .with_label_values(&[model, &status_label, route])
-            .inc();
         if let Some(tenant) = &ctx.tenant {
             self.metrics
                 .tenant_requests
-                .with_label_values(&[model, &tenant.name, &status_label])
+                .with_label_values(&[model, &tenant.name, &status.to_string()])
                 .inc();
         }
-        self.metrics
-            .duration
-            .with_label_values(&[model, route])
-            .observe(elapsed.as_secs_f64());
         match self.route_meters(ctx) {
             Some(meters) => {
+                meters.finished(&self.metrics, model, status, path, elapsed.as_secs_f64());
                 meters.bytes_in.inc_by(ctx.request_bytes);
                 meters.bytes_out.inc_by(ctx.response_bytes);
             }
             None => {
+                let route = route_label(path);
+                self.metrics.count_request(model, status, route);
+                self.metrics
+                    .duration
+                    .with_label_values(&[model, route])
+                    .observe(elapsed.as_secs_f64());
                 if ctx.request_bytes > 0 {
                     self.metrics
                         .bytes_in
@@ -96,6 +93,6 @@ impl Gateway {
     /// The series of the request's model, when it was planned here.
     fn route_meters<'a>(&self, ctx: &'a RequestCtx) -> Option<&'a RouteMeters> {
         let route = &ctx.plan.as_ref()?.resolved.route;
-        Some(self.metrics.route(&route.name, &route.meters))
+        Some(self.metrics.route(route))
     }
 }

@@ -63,10 +63,12 @@ impl Gateway {
                 .inc();
             ctx.decision = Some(decision);
         }
-        let gauge = self
-            .metrics
-            .endpoint_active
-            .with_label_values(&[&route.name, &upstream.name]);
+        let gauge = self.metrics.route(route).endpoint_active(
+            &self.metrics,
+            &route.name,
+            idx,
+            &upstream.name,
+        );
         gauge.inc();
         let again = ctx.tried.contains(&idx);
         // Replacing the lease of a failed attempt releases its slot.

@@ -130,6 +130,9 @@ pub enum KeySource {
 }
 
 impl KeySource {
+    /// How many sources there are; `source as usize` is below it.
+    pub const COUNT: usize = KeySource::SessionFallback as usize + 1;
+
     /// The metrics label value.
     pub const fn as_str(&self) -> &'static str {
         match self {
