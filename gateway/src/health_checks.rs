@@ -62,7 +62,7 @@ impl HealthChecker {
         if !health.set_failing_checks(failure.is_some()) {
             return;
         }
-        let labels = [route.name.as_str(), upstream.name.as_str()];
+        let labels = [&*route.name, upstream.name.as_str()];
         match failure {
             Some(reason) => {
                 self.metrics.ejections.with_label_values(&labels).inc();

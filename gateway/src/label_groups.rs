@@ -158,7 +158,7 @@ impl std::fmt::Debug for LabelGroup {
         let names: Vec<&str> = self
             .members
             .iter()
-            .map(|m| m.resolved.route.name.as_str())
+            .map(|m| &*m.resolved.route.name)
             .collect();
         f.debug_struct("LabelGroup")
             .field("label", &self.label)
@@ -200,14 +200,17 @@ impl LabelGroup {
     ) -> Option<Self> {
         let mut members: Vec<(Member, bool)> = Vec::with_capacity(spec.members.len());
         for (name, ready) in &spec.members {
-            if members.iter().any(|(m, _)| m.resolved.route.name == *name) {
+            if members
+                .iter()
+                .any(|(m, _)| *m.resolved.route.name == **name)
+            {
                 continue;
             }
             let Some(resolved) = route(name) else {
                 continue;
             };
             let picked = previous
-                .and_then(|p| p.members.iter().find(|m| m.resolved.route.name == *name))
+                .and_then(|p| p.members.iter().find(|m| *m.resolved.route.name == **name))
                 .map_or_else(|| Arc::new(AtomicUsize::new(0)), |m| m.picked.clone());
             members.push((Member { resolved, picked }, *ready));
         }
@@ -231,7 +234,7 @@ impl LabelGroup {
 
     /// Canonical names of the members, sorted.
     pub fn members(&self) -> impl Iterator<Item = &str> {
-        self.members.iter().map(|m| m.resolved.route.name.as_str())
+        self.members.iter().map(|m| &*m.resolved.route.name)
     }
 
     /// Whether a pick under `mode` would hash a key (two or more Ready
@@ -339,7 +342,7 @@ mod tests {
 
     fn picks(g: &LabelGroup, mode: LabelGroupMode, keys: GroupKeys<'_>, n: usize) -> Vec<String> {
         (0..n)
-            .map(|_| g.pick(mode, keys).resolved.route.name.clone())
+            .map(|_| g.pick(mode, keys).resolved.route.name.to_string())
             .collect()
     }
 
@@ -378,13 +381,13 @@ mod tests {
         let g = group(&s, &[("a", false), ("b", true)]);
         let p = g.pick(LabelGroupMode::LeastLoaded, GroupKeys::default());
         assert_eq!(
-            (p.resolved.route.name.as_str(), p.outcome),
+            (&*p.resolved.route.name, p.outcome),
             ("b", Outcome::FallbackSingle)
         );
         let g = group(&s, &[("c", false), ("b", false)]);
         let p = g.pick(LabelGroupMode::RoundRobin, GroupKeys::default());
         assert_eq!(
-            (p.resolved.route.name.as_str(), p.outcome),
+            (&*p.resolved.route.name, p.outcome),
             ("b", Outcome::FallbackNoReady)
         );
     }
@@ -396,20 +399,17 @@ mod tests {
         let first = g.pick(LabelGroupMode::LeastLoaded, GroupKeys::default());
         let second = g.pick(LabelGroupMode::LeastLoaded, GroupKeys::default());
         assert_eq!(first.outcome, Outcome::LeastLoaded);
-        assert_eq!(first.resolved.route.name, "a");
-        assert_eq!(second.resolved.route.name, "b");
+        assert_eq!(&*first.resolved.route.name, "a");
+        assert_eq!(&*second.resolved.route.name, "b");
         let third = g.pick(LabelGroupMode::LeastLoaded, GroupKeys::default());
         let fourth = g.pick(LabelGroupMode::LeastLoaded, GroupKeys::default());
         assert_eq!(
-            [
-                third.resolved.route.name.as_str(),
-                fourth.resolved.route.name.as_str()
-            ],
+            [&*third.resolved.route.name, &*fourth.resolved.route.name],
             ["a", "b"]
         );
         drop((first, third));
         let next = g.pick(LabelGroupMode::LeastLoaded, GroupKeys::default());
-        assert_eq!(next.resolved.route.name, "a");
+        assert_eq!(&*next.resolved.route.name, "a");
     }
 
     #[test]
@@ -429,7 +429,7 @@ mod tests {
         let p = g.pick(LabelGroupMode::SessionOrRr, keys);
         assert_eq!(p.outcome, Outcome::HashedSession);
         assert_eq!(
-            p.resolved.route.name,
+            &*p.resolved.route.name,
             ["a", "b", "c"][hash_index("conversation-9", 3)]
         );
         let session_only = GroupKeys {
@@ -460,7 +460,7 @@ mod tests {
         };
         let again = LabelGroup::build(&spec, |n| s.resolve(n), Some(&g)).unwrap();
         assert_eq!(
-            again
+            &*again
                 .pick(LabelGroupMode::RoundRobin, GroupKeys::default())
                 .resolved
                 .route

@@ -450,7 +450,7 @@ impl fmt::Debug for MeterCache {
 impl Metrics {
     /// The [`RouteMeters`] of `route`, kept in the route.
     pub fn route<'a>(&self, route: &'a ModelRoute) -> &'a RouteMeters {
-        let name = route.name.as_str();
+        let name = &*route.name;
         route.meters.0.get_or_init(|| RouteMeters {
             active: self.active.with_label_values(&[name]),
             ttfb: self.ttfb.with_label_values(&[name]),

@@ -22,7 +22,7 @@ use crate::routing::{EndpointSet, RoutingOptions, Strategy};
 #[derive(Debug)]
 pub struct ModelRoute {
     /// Canonical model name (metrics label).
-    pub name: String,
+    pub name: Arc<str>,
     /// Name sent upstream in JSON bodies.
     pub backend_model: String,
     /// Routing strategy.
@@ -119,7 +119,7 @@ impl RouteTable {
     ) -> Self {
         let mut out = RouteTable::default();
         for model in &table.models {
-            let old = previous.and_then(|p| p.routes.iter().find(|r| r.name == model.name));
+            let old = previous.and_then(|p| p.routes.iter().find(|r| *r.name == *model.name));
             let route = Arc::new(build_route(model, limits, old.map(|r| r.as_ref())));
             out.insert(&route, model);
             out.routes.push(route);
@@ -132,7 +132,7 @@ impl RouteTable {
             let member = |name: &str| {
                 out.by_name
                     .get(name)
-                    .filter(|r| r.route.name == name)
+                    .filter(|r| *r.route.name == *name)
                     .cloned()
             };
             let Some(group) = LabelGroup::build(spec, member, old.map(|g| g.as_ref())) else {
@@ -239,7 +239,7 @@ fn build_route(
         _ => None,
     };
     ModelRoute {
-        name: model.name.clone(),
+        name: Arc::from(model.name.as_str()),
         backend_model: model.backend_model.clone(),
         strategy: model.strategy,
         options: RoutingOptions {
@@ -352,7 +352,7 @@ mod tests {
         );
         let r = reg.resolve("b").unwrap();
         assert_eq!(
-            (r.route.name.as_str(), &*r.upstream_model, r.kind),
+            (&*r.route.name, &*r.upstream_model, r.kind),
             ("base", "org/base", MatchKind::Alias)
         );
         let r = reg.resolve("sql").unwrap();

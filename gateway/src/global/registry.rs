@@ -86,7 +86,7 @@ impl GlobalRegistry {
     /// whose list is not known yet: the client gets 503, and may retry.
     fn unavailable(&self, requested: &str) -> Resolved {
         let route = ModelRoute {
-            name: requested.to_string(),
+            name: Arc::from(requested),
             backend_model: requested.to_string(),
             strategy: Strategy::Failover,
             options: RoutingOptions::default(),
@@ -176,7 +176,7 @@ mod tests {
         let registry = GlobalRegistry::new(LimitSettings::default());
         let r = registry.resolve("m").expect("unavailable, not unknown");
         assert!(r.route.endpoints.is_empty());
-        assert_eq!(r.route.name, "m");
+        assert_eq!(&*r.route.name, "m");
 
         registry.update(&table("m", 2), HashMap::from([("m".into(), "Idle")]), false);
         assert_eq!(registry.list()[0].phase, Some("Idle"));

@@ -1,11 +1,14 @@
 //! The request body as it goes upstream: the client's bytes, with a few
 //! edits (the backend's `model`, a clamped output limit, a usage request)
-//! spliced in as slices around the new values, so that the body is never
-//! copied or re-serialised and every other byte reaches the engine as sent.
+//! spliced in around the new values, so that the body is never
+//! re-serialised and every other byte reaches the engine as sent. A large
+//! body stays in slices of the client's bytes (never copied); a small one
+//! is copied together once, since Pingora sends it in one piece.
 
 use std::ops::Range;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
 
 use crate::extract::JsonView;
 use crate::rewrite;
@@ -14,9 +17,10 @@ use crate::rewrite;
 pub(super) const INCLUDE_USAGE: &[u8] = br#""stream_options":{"include_usage":true},"#;
 
 /// Changes to make to a JSON body, by byte range of the original.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct BodyEdits {
-    edits: Vec<(Range<usize>, Bytes)>,
+    /// At most three: the model, the output limit and the usage request.
+    edits: SmallVec<[(Range<usize>, Bytes); 3]>,
 }
 
 impl BodyEdits {
@@ -45,14 +49,15 @@ impl BodyEdits {
         }
     }
 
-    /// The body with the edits made.
-    pub(super) fn apply(mut self, body: Bytes) -> PlannedBody {
+    /// The body with the edits made: in one piece up to `joined_up_to`
+    /// bytes, else as slices of `body` around the new values.
+    pub(super) fn apply(mut self, body: Bytes, joined_up_to: usize) -> PlannedBody {
         if self.edits.is_empty() {
             return PlannedBody::from(body);
         }
         // Stable: inserts at one place keep the order they were made in.
         self.edits.sort_by_key(|(span, _)| span.start);
-        let mut parts = Vec::with_capacity(2 * self.edits.len() + 1);
+        let mut parts: SmallVec<[Bytes; 7]> = SmallVec::new();
         let mut at = 0;
         for (span, value) in self.edits {
             if span.start < at || span.end > body.len() {
@@ -68,7 +73,18 @@ impl BodyEdits {
         if at < body.len() {
             parts.push(body.slice(at..));
         }
-        PlannedBody::from_parts(parts)
+        let len = parts.iter().map(Bytes::len).sum();
+        if len > joined_up_to {
+            return PlannedBody {
+                parts: parts.into_iter().collect(),
+                len,
+            };
+        }
+        let mut joined = BytesMut::with_capacity(len);
+        for part in &parts {
+            joined.extend_from_slice(part);
+        }
+        PlannedBody::from(joined.freeze())
     }
 }
 
@@ -76,16 +92,11 @@ impl BodyEdits {
 /// what the gateway changed.
 #[derive(Clone, Debug, Default)]
 pub struct PlannedBody {
-    parts: Vec<Bytes>,
+    parts: SmallVec<[Bytes; 1]>,
     len: usize,
 }
 
 impl PlannedBody {
-    fn from_parts(parts: Vec<Bytes>) -> Self {
-        let len = parts.iter().map(Bytes::len).sum();
-        Self { parts, len }
-    }
-
     /// Its length in bytes.
     pub(super) fn len(&self) -> usize {
         self.len
@@ -106,13 +117,17 @@ impl PlannedBody {
 
     /// The pieces, for writers that take several.
     pub(super) fn parts(&self) -> Vec<Bytes> {
-        self.parts.clone()
+        self.parts.to_vec()
     }
 }
 
 impl From<Bytes> for PlannedBody {
     fn from(body: Bytes) -> Self {
-        Self::from_parts(vec![body])
+        let len = body.len();
+        Self {
+            parts: SmallVec::from_buf([body]),
+            len,
+        }
     }
 }
 
@@ -126,7 +141,11 @@ mod tests {
         let view = parse_json(&bytes).unwrap();
         let mut edits = BodyEdits::default();
         f(&mut edits, &view);
-        String::from_utf8(edits.apply(bytes.clone()).contiguous().to_vec()).unwrap()
+        let again = edits.clone();
+        let joined = edits.apply(bytes.clone(), usize::MAX).contiguous();
+        let sliced = again.apply(bytes, 0);
+        assert_eq!(sliced.parts().concat(), joined, "sliced and joined differ");
+        String::from_utf8(joined.to_vec()).unwrap()
     }
 
     #[test]

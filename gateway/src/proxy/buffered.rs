@@ -256,7 +256,7 @@ impl Gateway {
         header.remove_header(&header::EXPECT);
         header.insert_header(header::CONTENT_LENGTH, len.to_string())?;
         ctx.request_id = Some(plan.request_id.clone());
-        ctx.model = Some(Arc::from(plan.resolved.route.name.as_str()));
+        ctx.model = Some(plan.resolved.route.name.clone());
         if let Some(mask) = &plan.tried_mask {
             let bits = mask.load(Ordering::Relaxed);
             ctx.tried

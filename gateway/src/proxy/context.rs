@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use prometheus::IntGauge;
+use smallvec::SmallVec;
 
 use super::plan::ForwardPlan;
 use super::responses::Watch;
@@ -27,8 +28,9 @@ pub struct RequestCtx {
     /// Timing of a streamed answer.
     pub(super) stream_timing: Option<StreamTiming>,
     pub(super) plan: Option<Box<ForwardPlan>>,
-    /// Indices of the endpoints tried so far, in order.
-    pub(super) tried: Vec<usize>,
+    /// Indices of the endpoints tried so far, in order (a retry or two
+    /// fit inline).
+    pub(super) tried: SmallVec<[usize; 4]>,
     pub(super) lease: Option<EndpointLease>,
     /// Why cache-aware routing chose the current attempt's endpoint.
     pub(super) decision: Option<Decision>,

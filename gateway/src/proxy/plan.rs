@@ -28,6 +28,11 @@ use crate::registry::{ModelRoute, Resolved};
 use crate::routing::{self, KeySource, RoutingInputs, Strategy};
 use crate::tenants::Tenant;
 
+/// Pingora's retry buffer: a body up to this size is sent upstream by
+/// Pingora, in one piece (`request_body_filter`); a larger one by
+/// `forward_buffered`, which writes it in slices.
+const RETRY_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Everything decided about a request before it is forwarded.
 pub struct ForwardPlan {
     pub(super) resolved: Resolved,
@@ -192,9 +197,7 @@ impl Gateway {
         // A label-group pick is looked up again (after a cold start) by the
         // member's name, not by the label.
         let member = group.is_some().then(|| resolved.route.clone());
-        let lookup = member
-            .as_ref()
-            .map_or(requested.as_str(), |r| r.name.as_str());
+        let lookup = member.as_ref().map_or(requested.as_str(), |r| &*r.name);
         let who = Waiter {
             class: match &ctx.tenant {
                 _ if background => Class::Background,
@@ -234,7 +237,7 @@ impl Gateway {
         }
         let streamed = json.as_ref().is_some_and(|v| v.stream == Some(true));
         drop(json);
-        let body = body.map(|b| edits.apply(b));
+        let body = body.map(|b| edits.apply(b, RETRY_BUFFER_BYTES));
         let hold_for_usage = self.settings.usage_headers
             && completions
             && !streamed
@@ -288,7 +291,7 @@ impl Gateway {
             // Not found, as a model that does not exist: names do not leak.
             return Err(ApiError::model_not_found(requested));
         }
-        ctx.model = Some(Arc::from(resolved.route.name.as_str()));
+        ctx.model = Some(resolved.route.name.clone());
         if let Some(limiter) = &resolved.route.limiter {
             if let Err(wait) = limiter.check() {
                 self.metrics
@@ -451,7 +454,7 @@ impl Gateway {
                     if !tenant.is_empty() {
                         self.metrics
                             .tenant_queue_wait
-                            .with_label_values(&[route.name.as_str(), &tenant])
+                            .with_label_values(&[&*route.name, &tenant])
                             .observe(waited.as_secs_f64());
                     }
                     let fresh = self.registry.resolve(requested);

@@ -109,7 +109,7 @@ impl Gateway {
             return;
         }
         let endpoint = route.endpoints.upstream(idx).name.as_str();
-        let labels = [route.name.as_str(), endpoint];
+        let labels = [&*route.name, endpoint];
         match change {
             Change::Ejected {
                 interval,
