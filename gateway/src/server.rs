@@ -105,6 +105,7 @@ fn gateway(
         outlier: cli.outlier_policy(),
         routing_enabled: cli.routing_enabled,
         route_debug_header: cli.route_debug_header,
+        tenant_cache_salt: cli.tenant_cache_salt,
         usage_headers: cli.usage_headers,
         max_concurrency_per_endpoint: (cli.max_concurrency_per_endpoint > 0)
             .then_some(cli.max_concurrency_per_endpoint),

@@ -56,6 +56,11 @@ impl Plan {
                 "Stream options can only be defined when `stream=True`.",
             ));
         }
+        if fields.cache_salt.as_deref() == Some("") {
+            return Err(ApiError::bad_request(
+                "Parameter 'cache_salt' must be a non-empty string if provided.",
+            ));
+        }
         let n = fields.n.unwrap_or(1);
         if n == 0 || n > MAX_CHOICES {
             return Err(ApiError::bad_request(format!(
@@ -104,7 +109,11 @@ impl Plan {
                 .unwrap_or(false),
             model,
             prompt_tokens,
-            cache_key: CacheKey::of_prompts(prompts, config.block_size),
+            cache_key: CacheKey::of_salted_prompts(
+                prompts,
+                config.block_size,
+                fields.cache_salt.as_deref(),
+            ),
             cached_tokens: 0,
             completion_tokens,
             finish,

@@ -68,13 +68,19 @@ pub fn token_count(bytes: usize) -> u32 {
 /// with blocks of `block_size` tokens (`block_size * 4` bytes). A trailing
 /// partial block has no hash; `block_size` 0 gives none at all.
 pub fn block_hashes(rendered: &[u8], block_size: u32) -> Vec<u64> {
+    salted_block_hashes(rendered, block_size, None)
+}
+
+/// [`block_hashes`] of a request with a `cache_salt`: the chain starts at
+/// `h_-1 = xxh3_64(salt)` instead of 0, as the gateway's block rule does.
+pub fn salted_block_hashes(rendered: &[u8], block_size: u32, salt: Option<&str>) -> Vec<u64> {
     let block_bytes = usize::try_from(block_size)
         .unwrap_or(usize::MAX)
         .saturating_mul(BYTES_PER_TOKEN);
     if block_bytes == 0 {
         return Vec::new();
     }
-    let mut previous = 0u64;
+    let mut previous = salt.map_or(0, |s| xxh3_64_with_seed(s.as_bytes(), 0));
     rendered
         .chunks_exact(block_bytes)
         .map(|block| {
@@ -206,17 +212,27 @@ pub struct CacheKey {
 impl CacheKey {
     /// The key of a rendered prompt with blocks of `block_size` tokens.
     pub fn new(rendered: &[u8], block_size: u32) -> Self {
+        Self::salted(rendered, block_size, None)
+    }
+
+    /// The key of a rendered prompt sent with a `cache_salt`.
+    pub fn salted(rendered: &[u8], block_size: u32, salt: Option<&str>) -> Self {
         Self {
             tokens: token_count(rendered.len()),
-            hashes: block_hashes(rendered, block_size),
+            hashes: salted_block_hashes(rendered, block_size, salt),
         }
     }
 
     /// The key of a request's prompts: the first one's (empty without prompts).
     pub fn of_prompts(prompts: &[Prompt], block_size: u32) -> Self {
+        Self::of_salted_prompts(prompts, block_size, None)
+    }
+
+    /// [`CacheKey::of_prompts`] of a request with a `cache_salt`.
+    pub fn of_salted_prompts(prompts: &[Prompt], block_size: u32, salt: Option<&str>) -> Self {
         prompts
             .first()
-            .map(|p| Self::new(&p.rendered, block_size))
+            .map(|p| Self::salted(&p.rendered, block_size, salt))
             .unwrap_or_default()
     }
 }
@@ -487,6 +503,20 @@ mod tests {
             [2, 2]
         );
         assert_eq!(CacheKey::of_prompts(&prompts, BS), key("one two"));
+    }
+
+    #[test]
+    fn salted_keys_share_no_block_with_other_salts() {
+        let text = b"0123456789abcdef";
+        let plain = block_hashes(text, BS);
+        let a = salted_block_hashes(text, BS, Some("a"));
+        assert_eq!(a, salted_block_hashes(text, BS, Some("a")));
+        assert!(a.iter().all(|h| !plain.contains(h)));
+        assert!(a
+            .iter()
+            .all(|h| !salted_block_hashes(text, BS, Some("b")).contains(h)));
+        let seed = xxh3_64_with_seed(b"a", 0);
+        assert_eq!(a[0], xxh3_64_with_seed(b"01234567", seed));
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct SamplingFields {
     /// Number of choices.
     #[serde(default)]
     pub n: Option<u32>,
+    /// vLLM's prefix-cache isolation: requests share cached blocks only
+    /// with requests of the same salt.
+    #[serde(default)]
+    pub cache_salt: Option<String>,
 }
 
 /// `POST /v1/chat/completions`.

@@ -41,9 +41,13 @@ pub struct ResponsesRequest {
     /// Keep the response for the follow-up routes (default true).
     #[serde(default)]
     pub store: Option<bool>,
-    /// Echoed back.
+    /// A stored response this one continues: echoed back; an unknown id is
+    /// a 404, as vLLM answers.
     #[serde(default)]
     pub previous_response_id: Option<String>,
+    /// vLLM's prefix-cache isolation (see [`crate::sim::protocol::SamplingFields`]).
+    #[serde(default)]
+    pub cache_salt: Option<String>,
     /// Echoed back (`{}` when absent).
     #[serde(default)]
     pub metadata: Option<Value>,

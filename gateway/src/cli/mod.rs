@@ -37,7 +37,9 @@ cluster's Model, ModelDeployment, LoRAAdapter and EndpointSlice objects. With --
 instead the global gateway in front of several clusters' gateways: each request goes to the \
 nearest healthy cluster where the model is warm and fails over to the next cluster \
 (docs/global-gateway.md).\n\n\
-Side routes: /healthz, /readyz and /metrics need no API key; /v1/models lists the models."
+Side routes: /healthz and /readyz need no API key, nor does /metrics unless an API-key file is \
+in force (it then needs an admin key on --listen, never on --metrics-listen); /v1/models lists \
+the models a key may use."
 )]
 pub struct Cli {
     /// YAML file listing the models to serve (file mode, the default).
@@ -131,7 +133,8 @@ pub struct Cli {
     #[arg(long, env = "PROXY_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: String,
 
-    /// Separate address serving /metrics, /healthz and /readyz (also served on --listen).
+    /// Separate address serving /metrics, /healthz and /readyz (also served on --listen), never
+    /// behind an API key: keep it inside the cluster (the chart's metrics port).
     #[arg(long, env = "PROXY_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
 
@@ -229,9 +232,20 @@ pub struct Cli {
 
     /// Add `X-Flexinfer-Route: endpoint=<pod>; strategy=<s>[; reason=<why>]` to
     /// proxied responses, naming where the request went and why (debugging;
-    /// it reveals endpoint addresses, so it is off by default).
+    /// it reveals endpoint addresses, so it is off by default). With an
+    /// API-key file, only admin keys get it: a prefix-hit reason would tell
+    /// a tenant what another one sent.
     #[arg(long, env = "FLEXINFER_PROXY_ROUTE_DEBUG_HEADER", default_value_t = false, action = clap::ArgAction::Set)]
     pub route_debug_header: bool,
+
+    /// Give each tenant's chat, completion and Responses requests a
+    /// `cache_salt` of its own (vLLM's prefix-cache isolation, vLLM 0.9 and
+    /// later; other engines ignore or refuse the field), so that a prefix
+    /// cache hit never tells one tenant what another sent. Cache-aware
+    /// routing then scores prefixes per tenant too. A client's own
+    /// `cache_salt` is kept as part of the tenant's.
+    #[arg(long, env = "FLEXINFER_PROXY_TENANT_CACHE_SALT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub tenant_cache_salt: bool,
 
     /// Add `X-Flexinfer-Prompt-Tokens`, `X-Flexinfer-Finish-Reason` and
     /// `X-Flexinfer-Cached-Tokens` (when the engine reports cached tokens) to

@@ -66,6 +66,12 @@ pub struct JsonView<'a> {
     pub input: Option<RawJson<'a>>,
     /// `stream_options`, raw.
     pub stream_options: Option<RawJson<'a>>,
+    /// `previous_response_id` (Responses API), raw.
+    pub previous_response_id: Option<RawJson<'a>>,
+    /// `conversation` (Responses API), raw.
+    pub conversation: Option<RawJson<'a>>,
+    /// Where the top-level `cache_salt` value is in the body.
+    pub cache_salt: Option<Range<usize>>,
     /// Offset of the body's opening `{`.
     pub open_brace: usize,
     /// The output-token limit: `max_completion_tokens`, else `max_tokens`,
@@ -168,6 +174,9 @@ struct RawFields {
     documents: Option<Range<usize>>,
     input: Option<Range<usize>>,
     stream_options: Option<Range<usize>>,
+    previous_response_id: Option<Range<usize>>,
+    conversation: Option<Range<usize>>,
+    cache_salt: Option<Range<usize>>,
     max_tokens: Option<Range<usize>>,
     max_completion_tokens: Option<Range<usize>>,
     max_output_tokens: Option<Range<usize>>,
@@ -206,6 +215,9 @@ impl RawFields {
             "documents" => &mut self.documents,
             "input" => &mut self.input,
             "stream_options" => &mut self.stream_options,
+            "previous_response_id" => &mut self.previous_response_id,
+            "conversation" => &mut self.conversation,
+            "cache_salt" => &mut self.cache_salt,
             "max_tokens" => &mut self.max_tokens,
             "max_completion_tokens" => &mut self.max_completion_tokens,
             "max_output_tokens" => &mut self.max_output_tokens,
@@ -268,6 +280,9 @@ impl RawFields {
             documents: raw(self.documents),
             input: raw(self.input),
             stream_options: raw(self.stream_options),
+            previous_response_id: raw(self.previous_response_id),
+            conversation: raw(self.conversation),
+            cache_salt: self.cache_salt,
             open_brace: 0,
             output_limit,
             model_slot: None,

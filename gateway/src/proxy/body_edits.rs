@@ -19,8 +19,9 @@ pub(super) const INCLUDE_USAGE: &[u8] = br#""stream_options":{"include_usage":tr
 /// Changes to make to a JSON body, by byte range of the original.
 #[derive(Clone, Debug, Default)]
 pub(super) struct BodyEdits {
-    /// At most three: the model, the output limit and the usage request.
-    edits: SmallVec<[(Range<usize>, Bytes); 3]>,
+    /// At most four: the model, the output limit, the usage request and
+    /// the cache salt.
+    edits: SmallVec<[(Range<usize>, Bytes); 4]>,
 }
 
 impl BodyEdits {
@@ -46,6 +47,19 @@ impl BodyEdits {
             .and_then(|slot| rewrite::model_edit(slot, model))
         {
             self.edits.push((span, value));
+        }
+    }
+
+    /// Sets the top-level `cache_salt` to `salt`, replacing the client's.
+    /// The object must not be empty.
+    pub(super) fn set_cache_salt(&mut self, view: &JsonView<'_>, salt: &str) {
+        let quoted = Bytes::from(format!("\"{salt}\""));
+        match &view.cache_salt {
+            Some(span) => self.edits.push((span.clone(), quoted)),
+            None => {
+                let member = format!("\"cache_salt\":\"{salt}\",");
+                self.insert(view.open_brace + 1, Bytes::from(member));
+            }
         }
     }
 

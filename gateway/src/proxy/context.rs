@@ -2,6 +2,7 @@
 //! phases, and the request ids it hands out.
 
 use crate::routing::Decision;
+use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -75,19 +76,22 @@ impl Drop for EndpointLease {
     }
 }
 
-/// Hands out `X-Request-ID`s: version-4-shaped UUIDs (random per process,
-/// then a counter), the form model servers that validate the header (e.g.
-/// llama-cpp-python's server) accept.
+/// Hands out `X-Request-ID`s: version-4-shaped UUIDs, the form model
+/// servers that validate the header (e.g. llama-cpp-python's server)
+/// accept. The low half is a counter, so ids are unique per process; the
+/// high half a keyed hash of it, so nobody can tell the next request's id
+/// from its own (an engine that keys its state by the id, as vLLM does,
+/// would otherwise let one client collide with another's next request).
 pub(super) struct RequestIds {
     counter: AtomicU64,
-    seed: u64,
+    keys: RandomState,
 }
 
 impl RequestIds {
     pub(super) fn new() -> Self {
         Self {
             counter: AtomicU64::new(0),
-            seed: rand::random(),
+            keys: RandomState::new(),
         }
     }
 
@@ -101,7 +105,7 @@ impl RequestIds {
             None => {
                 let n = self.counter.fetch_add(1, Ordering::Relaxed);
                 let mut text = [0u8; UUID_LEN];
-                Arc::from(request_uuid(self.seed, n, &mut text))
+                Arc::from(request_uuid(self.keys.hash_one(n), n, &mut text))
             }
         }
     }
@@ -110,10 +114,10 @@ impl RequestIds {
 /// Length of a UUID's text form.
 const UUID_LEN: usize = 36;
 
-/// Formats `seed` and `counter` as a UUID with version 4 and the RFC 4122
+/// Formats `high` and `counter` as a UUID with version 4 and the RFC 4122
 /// variant (unique per gateway process for 2^62 requests), into `text`.
-fn request_uuid(seed: u64, counter: u64, text: &mut [u8; UUID_LEN]) -> &str {
-    let hi = (seed & !0xf000) | 0x4000;
+fn request_uuid(high: u64, counter: u64, text: &mut [u8; UUID_LEN]) -> &str {
+    let hi = (high & !0xf000) | 0x4000;
     let lo = (counter & 0x3fff_ffff_ffff_ffff) | 0x8000_0000_0000_0000;
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&hi.to_be_bytes());
@@ -146,5 +150,16 @@ mod tests {
             "ffffffff-ffff-4fff-bfff-ffffffffffff"
         );
         assert_ne!(uuid(1, 1), uuid(1, 2));
+    }
+
+    #[test]
+    fn the_next_id_cannot_be_told_from_the_last() {
+        let ids = super::RequestIds::new();
+        let a = ids.for_request(None);
+        let b = ids.for_request(None);
+        // Consecutive counters, unrelated high halves.
+        assert_eq!(a[19..], *"8000-000000000000");
+        assert_eq!(b[19..], *"8000-000000000001");
+        assert_ne!(a[..18], b[..18]);
     }
 }

@@ -50,7 +50,9 @@ impl Gateway {
         if let Some(cluster) = self.answering_cluster(ctx) {
             resp.insert_header(CLUSTER_HEADER, cluster)?;
         }
-        if self.settings.route_debug_header {
+        // Not for tenants of a key file: a prefix-hit reason would tell
+        // one what another sent.
+        if self.settings.route_debug_header && self.scoped_tenant(ctx).is_none() {
             if let Some(route) = self.route_debug(ctx) {
                 resp.insert_header(ROUTE_HEADER, route)?;
             }

@@ -22,7 +22,7 @@ impl Gateway {
         let path = session.req_header().uri.path();
         let listing = match path {
             "/v1/models" => Ok(self.model_list(ctx)),
-            "/admin/models" => Ok(self.admin_report()),
+            "/admin/models" => self.admin_report(ctx),
             "/admin/tenants" => self.tenant_report(session),
             _ => match path.strip_prefix("/v1/models/") {
                 Some(id) if !id.is_empty() => self.model_entry(id, ctx),
@@ -115,11 +115,16 @@ impl Gateway {
         Ok(report)
     }
 
-    /// Phase, queue depth, activity and swap history of models run on demand.
-    fn admin_report(&self) -> Value {
-        match self.activation.as_ref().and_then(|q| q.lifecycle()) {
+    /// Phase, queue depth, activity and swap history of models run on
+    /// demand. It names every model: with an API-key file, tenants (who
+    /// see only their own models) need an admin key for it.
+    fn admin_report(&self, ctx: &RequestCtx) -> Result<Value, ApiError> {
+        if self.scoped_tenant(ctx).is_some() {
+            return Err(ApiError::admin_key_required("/admin/models"));
+        }
+        Ok(match self.activation.as_ref().and_then(|q| q.lifecycle()) {
             Some(l) => l.report(),
             None => json!({"models": [], "groups": []}),
-        }
+        })
     }
 }

@@ -26,6 +26,7 @@ mod context;
 mod dispatch;
 mod failover;
 mod headers;
+mod isolation;
 mod listing;
 mod metering;
 mod plan;
@@ -172,6 +173,9 @@ impl ProxyHttp for Gateway {
             .get(headers::parsed::REQUEST_ID);
         ctx.request_id = Some(self.request_ids.for_request(inbound_id));
         if let Err(e) = checks::check_framing(session.req_header()) {
+            return reject(session, ctx, e).await;
+        }
+        if let Err(e) = self.check_metrics_access(session.req_header()) {
             return reject(session, ctx, e).await;
         }
         if let Some(a) = self.side_routes.answer(session.req_header().uri.path()) {

@@ -15,6 +15,7 @@ use super::body::{declared_length, read_body};
 use super::body_edits::{BodyEdits, PlannedBody, INCLUDE_USAGE};
 use super::context::RequestCtx;
 use super::headers::parsed;
+use super::isolation::{self, StoreRoute};
 use super::metering::{self, Metering};
 pub(super) use super::prompt::PromptRouting;
 use super::window::{self, Clamp};
@@ -138,17 +139,20 @@ impl Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<ForwardPlan, ApiError> {
         let mut head = RequestHead::read(session)?;
-        if let Some(follow_up) = self.response_follow_up(
-            session.req_header(),
-            head.forward_path.as_deref(),
-            head.model.as_deref(),
-            ctx,
-        )? {
+        let req = session.req_header();
+        let head_path = head.forward_path.as_deref().map_or(req.uri.path(), |p| {
+            p.split_once('?').map_or(p, |(path, _)| path)
+        });
+        let store = isolation::store_route(&req.method, head_path);
+        self.check_store_route(&store, head_path, ctx)?;
+        if let Some(follow_up) = self.response_follow_up(req, &store, head.model.as_deref(), ctx)? {
             // A Responses API follow-up: the model is the response's, and
             // no body names one, so any body streams through.
             head.model = head.model.or(follow_up.model);
             head.kind = BodyKind::Other;
         }
+        let creates_response = store == StoreRoute::CreateResponse;
+        drop(store);
         let limit = self.settings.max_body_bytes;
         let declared = declared_length(session.req_header());
         if declared.is_some_and(|n| n > limit) {
@@ -175,6 +179,9 @@ impl Gateway {
             json.as_ref(),
             ctx,
         )?;
+        if let (true, Some(view)) = (creates_response, json.as_ref()) {
+            self.continue_response(view, &resolved.route.name, ctx)?;
+        }
         let req = session.req_header();
         let path = head.forward_path.as_deref().map_or(req.uri.path(), |p| {
             p.split_once('?').map_or(p, |(path, _)| path)
@@ -184,6 +191,10 @@ impl Gateway {
             .paths
             .check(&resolved.route.name, path, self.is_admin(req))?;
         let completions = matches!(path, "/v1/chat/completions" | "/v1/completions");
+        let salt = match (json.as_ref(), body.as_ref()) {
+            (Some(view), Some(bytes)) => self.cache_salt(path, view, bytes, ctx),
+            _ => None,
+        };
         let clamp = match json.as_ref() {
             Some(view) => self.guard_window(&resolved, view)?,
             None => None,
@@ -218,6 +229,7 @@ impl Gateway {
                 &session.req_header().headers,
                 json.as_ref(),
                 &resolved,
+                salt.as_deref(),
             ))
         });
         let mut edits = BodyEdits::default();
@@ -233,6 +245,9 @@ impl Gateway {
             edits.set_model(view, &resolved.upstream_model);
             if let Some(c) = &clamp {
                 edits.replace(c.span.clone(), Bytes::from(c.to.to_string()));
+            }
+            if let Some(salt) = &salt {
+                edits.set_cache_salt(view, salt);
             }
         }
         let streamed = json.as_ref().is_some_and(|v| v.stream == Some(true));

@@ -26,6 +26,7 @@ impl PromptRouting {
         headers: &HeaderMap,
         json: Option<&JsonView<'_>>,
         resolved: &Resolved,
+        salt: Option<&str>,
     ) -> Self {
         let inputs = json.map_or_else(RoutingInputs::default, |v| RoutingInputs {
             session_id: v.session_id.as_deref(),
@@ -43,7 +44,7 @@ impl PromptRouting {
         let blocks = if session.is_some() {
             PromptBlocks::default()
         } else {
-            PromptBlocks::of_request(&inputs, block_size)
+            PromptBlocks::of_salted_request(&inputs, block_size, salt)
         };
         let adapter = (resolved.kind == MatchKind::Lora).then(|| resolved.upstream_model.clone());
         Self {

@@ -8,7 +8,13 @@
 //! the answer (the JSON body's top-level `id`, or the `response.id` of a
 //! stream's first event). Only that route's answers are watched. A
 //! follow-up takes the model from there and goes to that endpoint; an id
-//! the gateway does not know is a 404 `response_not_found`.
+//! the gateway does not know is a 404 `response_not_found`. A create
+//! request that continues a response (`previous_response_id`) goes to the
+//! endpoint that holds it too.
+//!
+//! With an API-key file, the tenant that created a response is remembered
+//! with it, and only that tenant may follow it up or continue from it:
+//! anyone else is answered as for an unknown id ([`super::isolation`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -20,8 +26,11 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use serde::Deserialize;
 
 use super::context::RequestCtx;
+use super::isolation::StoreRoute;
 use super::Gateway;
 use crate::errors::ApiError;
+use crate::extract::{JsonView, RawJson};
+use crate::tenants::Tenant;
 
 /// Response ids remembered; the oldest is forgotten first. An entry costs
 /// about 250 bytes with an id of OpenAI's length, so a full map about 25 MB.
@@ -35,15 +44,25 @@ const MAX_ID_LEN: usize = 256;
 const WATCH_LIMIT: usize = 1024 * 1024;
 
 const CREATE_PATH: &str = "/v1/responses";
-const FOLLOW_UP_PREFIX: &str = "/v1/responses/";
 
-/// Where a response was created.
+/// Where a response was created, and by whom.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
     /// The route name (model) that served the create request.
     pub model: Arc<str>,
     /// The endpoint that answered it.
     pub addr: SocketAddr,
+    /// The tenant whose key created it; `None` for an admin key or a
+    /// gateway without keys.
+    pub owner: Option<Arc<str>>,
+}
+
+impl Origin {
+    /// Whether `tenant` may reach the response: it created it and may
+    /// still use its model.
+    fn open_to(&self, tenant: &Tenant) -> bool {
+        self.owner.as_deref() == Some(&*tenant.name) && tenant.allows(&self.model)
+    }
 }
 
 /// Response id → [`Origin`], bounded (first in, first out).
@@ -119,23 +138,6 @@ impl Default for ResponseIds {
     }
 }
 
-/// The response id a follow-up route names: `GET`/`DELETE /v1/responses/{id}`,
-/// `GET .../input_items`, `POST .../cancel`. `path` has no query string.
-pub fn follow_up_id<'a>(method: &Method, path: &'a str) -> Option<&'a str> {
-    let rest = path.strip_prefix(FOLLOW_UP_PREFIX)?;
-    let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
-    if id.is_empty() {
-        return None;
-    }
-    let matches = match tail {
-        "" => method == Method::GET || method == Method::DELETE,
-        "input_items" => method == Method::GET,
-        "cancel" => method == Method::POST,
-        _ => false,
-    };
-    matches.then_some(id)
-}
-
 /// A request on a follow-up route.
 pub(super) struct FollowUp {
     /// The model of the response, when the head did not name one.
@@ -150,7 +152,8 @@ pub(super) enum Watch {
     Delete(Arc<str>),
 }
 
-/// 404 for a follow-up naming an id the gateway never saw created.
+/// 404 for a follow-up naming an id the gateway never saw created (or, for
+/// a tenant, one another tenant created).
 pub fn response_not_found(id: &str) -> ApiError {
     let shown: String = id.chars().take(MAX_ID_LEN).collect();
     let mut e = ApiError::bad_request(format!(
@@ -166,30 +169,44 @@ fn path_only(path: &str) -> &str {
     path.split_once('?').map_or(path, |(p, _)| p)
 }
 
+/// A `previous_response_id` as sent: `None` when absent or `null`.
+fn previous_id(raw: RawJson<'_>) -> Result<Option<String>, ApiError> {
+    match serde_json::from_str::<Option<String>>(raw.get()) {
+        Ok(id) => Ok(id),
+        Err(_) => Err(ApiError::invalid_field(
+            "previous_response_id",
+            "must be a string",
+        )),
+    }
+}
+
 impl Gateway {
     /// For a follow-up route (`Ok(None)` for any other): the model of the
     /// response it names (unless the head named one already), and the
     /// endpoint the request is pinned to. An unknown id is a 404 unless the
-    /// head names the model.
-    /// `forward_path` is the path without a `/model/<name>` prefix.
+    /// head names the model; for a tenant of a key file, any id it did not
+    /// create is.
     pub(super) fn response_follow_up(
         &self,
         req: &RequestHeader,
-        forward_path: Option<&str>,
+        route: &StoreRoute<'_>,
         head_model: Option<&str>,
         ctx: &mut RequestCtx,
     ) -> Result<Option<FollowUp>, ApiError> {
-        let path = forward_path.map_or(req.uri.path(), path_only);
-        if !path.starts_with(FOLLOW_UP_PREFIX) {
-            return Ok(None);
-        }
-        let Some(id) = follow_up_id(&req.method, path) else {
+        let StoreRoute::ResponseFollowUp(id) = route else {
             return Ok(None);
         };
+        let id = id.as_ref();
+        let origin = self.response_ids.origin(id);
+        if let Some(tenant) = self.scoped_tenant(ctx) {
+            if !origin.as_ref().is_some_and(|o| o.open_to(tenant)) {
+                return Err(response_not_found(id));
+            }
+        }
         if req.method == Method::DELETE {
             ctx.response_watch = Some(Box::new(Watch::Delete(Arc::from(id))));
         }
-        let model = match (self.response_ids.origin(id), head_model) {
+        let model = match (origin, head_model) {
             (Some(origin), None) => {
                 ctx.pinned = Some(origin.addr);
                 Some(origin.model.to_string())
@@ -204,6 +221,47 @@ impl Gateway {
             (None, None) => return Err(response_not_found(id)),
         };
         Ok(Some(FollowUp { model }))
+    }
+
+    /// A create request that continues a response (`previous_response_id`):
+    /// a tenant may continue only its own (anything else is answered as an
+    /// unknown id, before the engine sees it), and the request goes to the
+    /// endpoint that holds the response when it is the same model's. A
+    /// tenant may not name a `conversation` (the gateway cannot tell whose
+    /// it is).
+    pub(super) fn continue_response(
+        &self,
+        json: &JsonView<'_>,
+        model: &str,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), ApiError> {
+        let scoped = self.scoped_tenant(ctx).is_some();
+        if scoped && json.conversation.is_some_and(|c| c.get() != "null") {
+            return Err(super::isolation::conversation_not_found());
+        }
+        let Some(raw) = json.previous_response_id else {
+            return Ok(());
+        };
+        let id = match previous_id(raw) {
+            Ok(Some(id)) => id,
+            Ok(None) => return Ok(()),
+            // The engine answers a malformed value, unless the gateway
+            // must know whose response it names.
+            Err(e) if scoped => return Err(e),
+            Err(_) => return Ok(()),
+        };
+        let origin = self.response_ids.origin(&id);
+        if let Some(tenant) = self.scoped_tenant(ctx) {
+            if !origin.as_ref().is_some_and(|o| o.open_to(tenant)) {
+                let mut e = response_not_found(&id);
+                e.param = Some("previous_response_id");
+                return Err(e);
+            }
+        }
+        if let Some(origin) = origin.filter(|o| *o.model == *model) {
+            ctx.pinned = Some(origin.addr);
+        }
+        Ok(())
     }
 
     /// On a successful answer to `POST /v1/responses`, starts watching its
@@ -277,6 +335,7 @@ impl Gateway {
             let origin = Origin {
                 model: Arc::clone(model),
                 addr: endpoints.upstream(idx).addr,
+                owner: ctx.tenant.as_ref().map(|t| Arc::clone(&t.name)),
             };
             self.response_ids.remember(id, origin);
         }
@@ -346,25 +405,18 @@ mod tests {
         Origin {
             model: Arc::from("m"),
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            owner: None,
         }
     }
 
     #[test]
-    fn follow_up_paths() {
-        let get = Method::GET;
-        assert_eq!(follow_up_id(&get, "/v1/responses/resp_1"), Some("resp_1"));
-        assert_eq!(follow_up_id(&Method::DELETE, "/v1/responses/r"), Some("r"));
-        assert_eq!(follow_up_id(&get, "/v1/responses/r/input_items"), Some("r"));
-        assert_eq!(
-            follow_up_id(&Method::POST, "/v1/responses/r/cancel"),
-            Some("r")
-        );
-        assert_eq!(follow_up_id(&Method::POST, "/v1/responses"), None);
-        assert_eq!(follow_up_id(&get, "/v1/responses/"), None);
-        assert_eq!(follow_up_id(&Method::POST, "/v1/responses/r"), None);
-        assert_eq!(follow_up_id(&get, "/v1/responses/r/cancel"), None);
-        assert_eq!(follow_up_id(&get, "/v1/responses/r/other"), None);
-        assert_eq!(follow_up_id(&get, "/v1/chat/completions"), None);
+    fn previous_ids_are_strings_or_null() {
+        let read = |raw: &str| previous_id(RawJson::new(raw));
+        assert_eq!(read(r#""resp_1""#).unwrap().as_deref(), Some("resp_1"));
+        assert_eq!(read(r#""a\u0062""#).unwrap().as_deref(), Some("ab"));
+        assert_eq!(read("null").unwrap(), None);
+        let e = read("{\"id\":\"resp_1\"}").unwrap_err();
+        assert_eq!((e.status, e.param), (400, Some("previous_response_id")));
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub struct ProxySettings {
     /// Hold non-streamed completions' answers back for their usage headers
     /// (`X-Flexinfer-Prompt-Tokens` and others, [`super::usage_headers`]).
     pub usage_headers: bool,
+    /// Send each tenant's chat, completion and Responses requests with a
+    /// `cache_salt` of its own (vLLM's per-request prefix-cache
+    /// isolation), and score cache-aware routing per tenant alike.
+    pub tenant_cache_salt: bool,
 }
 
 /// The context-window guard of models that declare their window.
@@ -96,6 +100,7 @@ impl Default for ProxySettings {
             max_concurrency_per_endpoint: None,
             window: WindowSettings::default(),
             usage_headers: false,
+            tenant_cache_salt: false,
         }
     }
 }

@@ -10,7 +10,10 @@
 //!   only full blocks count, as only full blocks are cached;
 //! - block `i`'s hash is `xxh3_64_with_seed(bytes_i, hash_{i-1})` with
 //!   `hash_{-1} = 0`, so two prompts share block `i` only when they share
-//!   everything up to the end of it: a prefix.
+//!   everything up to the end of it: a prefix;
+//! - a request with a `cache_salt` (vLLM's per-request cache isolation)
+//!   starts the chain at `hash_{-1} = xxh3_64(salt)` instead, so it shares
+//!   no block with a request of another salt.
 //!
 //! Real engines tokenize differently; the gateway only needs to know which
 //! requests share how long a prefix, which this rule preserves.
@@ -42,10 +45,21 @@ impl PromptBlocks {
     /// `block_size` tokens; none when the body has neither (or they are
     /// malformed) or `block_size` is 0.
     pub fn of_request(body: &RoutingInputs<'_>, block_size: usize) -> Self {
+        Self::of_salted_request(body, block_size, None)
+    }
+
+    /// [`PromptBlocks::of_request`] for a request whose engine cache is
+    /// salted with `salt` (its `cache_salt`).
+    pub fn of_salted_request(
+        body: &RoutingInputs<'_>,
+        block_size: usize,
+        salt: Option<&str>,
+    ) -> Self {
         if block_size == 0 {
             return Self::default();
         }
-        let mut chain = Chain::new(block_size * BYTES_PER_TOKEN);
+        let seed = salt.map_or(0, salt_seed);
+        let mut chain = Chain::new(block_size * BYTES_PER_TOKEN, seed);
         let complete = if let Some(messages) = body.messages {
             walk_messages(messages, &mut chain)
         } else if let Some(prompt) = body.prompt {
@@ -66,7 +80,7 @@ impl PromptBlocks {
         if block_size == 0 {
             return Self::default();
         }
-        let mut chain = Chain::new(block_size * BYTES_PER_TOKEN);
+        let mut chain = Chain::new(block_size * BYTES_PER_TOKEN, 0);
         chain.push(text);
         Self {
             hashes: chain.hashes,
@@ -90,6 +104,11 @@ impl PromptBlocks {
 }
 
 /// Cuts text into blocks and chains their hashes as it arrives.
+/// The hash a salted chain starts from.
+pub fn salt_seed(salt: &str) -> u64 {
+    xxh3_64_with_seed(salt.as_bytes(), 0)
+}
+
 struct Chain {
     block_bytes: usize,
     pending: Vec<u8>,
@@ -98,11 +117,11 @@ struct Chain {
 }
 
 impl Chain {
-    fn new(block_bytes: usize) -> Self {
+    fn new(block_bytes: usize, seed: u64) -> Self {
         Self {
             block_bytes,
             pending: Vec::with_capacity(block_bytes),
-            last: 0,
+            last: seed,
             hashes: Vec::new(),
         }
     }
@@ -192,10 +211,30 @@ mod tests {
     }
 
     #[test]
+    fn a_salt_shares_no_block_with_another_salt() {
+        let text = r#"[{"role":"user","content":"12345678abcdefgh"}]"#;
+        let inputs = RoutingInputs {
+            messages: Some(crate::extract::RawJson::new(text)),
+            ..RoutingInputs::default()
+        };
+        let plain = PromptBlocks::of_request(&inputs, 2);
+        let a = PromptBlocks::of_salted_request(&inputs, 2, Some("a"));
+        let b = PromptBlocks::of_salted_request(&inputs, 2, Some("b"));
+        assert_eq!(plain.len(), 2);
+        assert_eq!(a, PromptBlocks::of_salted_request(&inputs, 2, Some("a")));
+        assert!(a.hashes().iter().all(|h| !b.hashes().contains(h)));
+        assert!(a.hashes().iter().all(|h| !plain.hashes().contains(h)));
+        assert_eq!(
+            a.hashes()[0],
+            xxh3_64_with_seed(b"12345678", salt_seed("a"))
+        );
+    }
+
+    #[test]
     fn partial_block_is_not_counted_and_split_input_hashes_alike() {
         assert_eq!(PromptBlocks::of_text(b"1234567", 2).len(), 0);
         let whole = PromptBlocks::of_text(b"12345678abcdefgh", 2);
-        let mut chain = Chain::new(8);
+        let mut chain = Chain::new(8, 0);
         for piece in [&b"123"[..], b"45678abc", b"defgh"] {
             chain.push(piece);
         }

@@ -37,7 +37,7 @@ mod strategy;
 mod text;
 mod upstream;
 
-pub use blocks::{PromptBlocks, BYTES_PER_TOKEN, DEFAULT_BLOCK_SIZE, MAX_PROMPT_BLOCKS};
+pub use blocks::{salt_seed, PromptBlocks, BYTES_PER_TOKEN, DEFAULT_BLOCK_SIZE, MAX_PROMPT_BLOCKS};
 pub use cache_aware::{CacheAwareOptions, CacheAwareRequest, Decision};
 
 pub use endpoints::{EndpointSet, InFlight, Upstream, MAX_ENDPOINTS, VIRTUAL_NODES_PER_ENDPOINT};

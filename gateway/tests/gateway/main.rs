@@ -17,5 +17,6 @@ mod prometheus;
 mod real_backend;
 mod routing;
 mod streaming;
+mod tenant_isolation;
 mod tenants;
 mod upstream;

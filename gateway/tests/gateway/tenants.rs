@@ -69,6 +69,16 @@ async fn get_as(gw: &Gateway, key: &str, path: &str) -> reqwest::Response {
         .expect("GET")
 }
 
+/// `/metrics` of the proxy listener, which needs an admin key when a key
+/// file is in force.
+async fn admin_metrics(gw: &Gateway) -> String {
+    get_as(gw, ADMIN_KEY, "/metrics")
+        .await
+        .text()
+        .await
+        .unwrap_or_default()
+}
+
 /// The tokens left in `tenant`'s tenant-wide token bucket.
 async fn tokens_left(gw: &Gateway, tenant: &str) -> f64 {
     let report: Value = get_as(gw, ADMIN_KEY, "/admin/tenants")
@@ -143,7 +153,7 @@ async fn keys_name_tenants_and_other_models_do_not_exist_for_them() {
         );
     }
     // Tenants are in the metrics and, for admins only, in /admin/tenants.
-    let metrics = gw.metrics().await;
+    let metrics = admin_metrics(&gw).await;
     assert_eq!(
         metric_value(
             &metrics,
@@ -207,7 +217,7 @@ async fn a_token_budget_refuses_what_would_exceed_it_and_refills_at_its_rate() {
     assert!((400.0..700.0).contains(&gained), "gained {gained}");
     tokio::time::sleep(Duration::from_secs(retry_after)).await;
     assert_eq!(chat_as(&gw, "k", "llama", 2500).await.status(), 200);
-    let metrics = gw.metrics().await;
+    let metrics = admin_metrics(&gw).await;
     assert!(
         metric_value(
             &metrics,
@@ -271,7 +281,7 @@ async fn the_budget_is_corrected_with_the_usage_of_json_and_streamed_answers() {
     );
 
     // Counted per model, tenant and kind.
-    let metrics = gw.metrics().await;
+    let metrics = admin_metrics(&gw).await;
     let completion = metric_value(
         &metrics,
         "flexinfer_proxy_tokens_total{kind=\"completion\",model=\"llama\",tenant=\"t\"}",
@@ -309,7 +319,7 @@ async fn a_bad_key_file_names_its_line_and_a_bad_reload_keeps_the_keys() {
     assert_eq!(chat_as(&gw, "ka", "llama", 4).await.status(), 200);
     assert_eq!(
         metric_value(
-            &gw.metrics().await,
+            &admin_metrics(&gw).await,
             "flexinfer_proxy_api_key_file_reloads_total{result=\"error\"}"
         ),
         1.0
@@ -418,12 +428,12 @@ async fn a_stream_that_did_not_ask_for_usage_is_counted_exactly_and_unchanged() 
     asked.extend_from_slice(&request[1..]);
     assert_eq!(recorded(&sim).await[0]["body_sha256"], sha256_hex(&asked));
     let counted = metric_value(
-        &gw.metrics().await,
+        &admin_metrics(&gw).await,
         "flexinfer_proxy_tokens_total{kind=\"completion\",model=\"llama\",tenant=\"t\"}",
     );
     assert_eq!(counted, 50.0);
     // The gateway timed the stream: one first token, gaps between chunks.
-    let metrics = gw.metrics().await;
+    let metrics = admin_metrics(&gw).await;
     assert_eq!(
         metric_value(
             &metrics,
@@ -438,7 +448,7 @@ async fn a_stream_that_did_not_ask_for_usage_is_counted_exactly_and_unchanged() 
         ) >= 1.0
     );
     let prompt = metric_value(
-        &gw.metrics().await,
+        &admin_metrics(&gw).await,
         "flexinfer_proxy_tokens_total{kind=\"prompt\",model=\"llama\",tenant=\"t\"}",
     );
     let left = tokens_left(&gw, "t").await;
@@ -588,7 +598,7 @@ async fn a_high_priority_request_is_served_before_fifty_queued_low_ones() {
         seen.len()
     );
     assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
-    let metrics = gw.metrics().await;
+    let metrics = admin_metrics(&gw).await;
     assert!(
         metric_value(
             &metrics,

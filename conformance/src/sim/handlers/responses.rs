@@ -34,9 +34,15 @@ pub async fn create(State(state): State<Arc<SimState>>, body: Bytes) -> Result<R
                 ApiError::bad_request("input must be a string or a non-empty array of items.")
             })
         })?;
+    if let Some(previous) = request.previous_response_id.as_deref() {
+        if state.responses.get(previous).is_none() {
+            return Err(not_found(previous));
+        }
+    }
     let fields = SamplingFields {
         stream: request.stream,
         max_tokens: capped_length(request.max_output_tokens, &state.config),
+        cache_salt: request.cache_salt.clone(),
         ..SamplingFields::default()
     };
     let plan = Plan::new(
