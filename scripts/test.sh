@@ -12,6 +12,15 @@ export FLEXINFER_PYTHON="$PWD/.venv/bin/python"
 if [ "${FLEXINFER_SKIP_REAL_BACKEND:-0}" != 1 ]; then
   eval "$(scripts/real-backend.sh)"
 fi
+# The real-cluster lane (gateway/tests/gateway/real_cluster.rs): etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and helm
+# built from their Go modules once into ~/.cache/flexinfer (about 12 minutes
+# the first time; needs Go). Set FLEXINFER_SKIP_CONTROL_PLANE=1 to leave it
+# out; without Go or with that set, the lane says it is skipped, and fails
+# if FLEXINFER_REQUIRE_CONTROL_PLANE=1.
+if [ "${FLEXINFER_SKIP_CONTROL_PLANE:-0}" != 1 ]; then
+  eval "$(scripts/control-plane.sh)"
+fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Every binary first: lanes that run several components as processes find them.

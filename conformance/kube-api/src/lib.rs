@@ -93,6 +93,7 @@ mod gc;
 mod http;
 mod meta;
 mod patch;
+pub mod real;
 mod registry;
 mod requests;
 mod schema;

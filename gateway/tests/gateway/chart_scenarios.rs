@@ -8,7 +8,7 @@
 //! cluster remains the job of `operator/e2e/`.
 
 #[path = "chart_scenarios/lane.rs"]
-mod lane;
+pub mod lane;
 
 #[path = "chart_scenarios/cold_start.rs"]
 mod cold_start;

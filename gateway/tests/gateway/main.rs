@@ -15,6 +15,7 @@ mod kube_mode;
 mod openai_sdk;
 mod prometheus;
 mod real_backend;
+mod real_cluster;
 mod routing;
 mod streaming;
 mod tenant_isolation;

@@ -157,6 +157,29 @@ fn random_suffix() -> String {
 }
 
 impl Component {
+    /// The FlexInfer binary of a chart's `deployment`, to run as a process
+    /// that reaches the API server through `kubeconfig` and logs to `log`;
+    /// `None` when the Deployment runs none of ours.
+    pub fn of(deployment: &Value, kubeconfig: &Path, log: PathBuf) -> Option<Component> {
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let binary = binary_of(container)?;
+        let ports = container["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["containerPort"].as_u64())
+            .map(|p| (p as u16, free_port()))
+            .collect();
+        Some(Component {
+            deployment: deployment.clone(),
+            binary: binary_path(binary),
+            kubeconfig: kubeconfig.to_path_buf(),
+            log,
+            ports,
+            child: None,
+        })
+    }
+
     fn container(&self) -> &Value {
         &self.deployment["spec"]["template"]["spec"]["containers"][0]
     }
@@ -420,20 +443,9 @@ impl Lane {
             let Some(binary) = binary_of(container) else {
                 continue;
             };
-            let ports = container["ports"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|p| p["containerPort"].as_u64())
-                .map(|p| (p as u16, free_port()))
-                .collect();
-            let mut component = Component {
-                deployment: d.clone(),
-                binary: binary_path(binary),
-                kubeconfig: lane.server.kubeconfig_path().to_path_buf(),
-                log: lane.logs.join(format!("{binary}.log")),
-                ports,
-                child: None,
+            let log = lane.logs.join(format!("{binary}.log"));
+            let Some(mut component) = Component::of(&d, lane.server.kubeconfig_path(), log) else {
+                continue;
             };
             component.start().await;
             lane.components.insert(binary, component);

@@ -1,0 +1,550 @@
+//! The real-cluster lane: FlexInfer against a real Kubernetes control plane
+//! (etcd, kube-apiserver with RBAC and admission at their defaults,
+//! kube-controller-manager) and the real `helm`, all built from their Go
+//! modules by `scripts/control-plane.sh` (`flexinfer_testkube::real`).
+//! Skipped, saying so, where they were not built; CI requires them
+//! (`FLEXINFER_REQUIRE_CONTROL_PLANE=1`).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use flexinfer_crds::{v1alpha1, v1alpha2};
+use flexinfer_testkube::real::ControlPlane;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn plane() -> Option<&'static ControlPlane> {
+    let plane = ControlPlane::shared();
+    if plane.is_none() {
+        eprintln!(
+            "skipped: no real control plane built (run `eval \"$(scripts/control-plane.sh)\"`, \
+             which needs Go)"
+        );
+    }
+    plane
+}
+
+/// Runs `kubectl` as the admin, panicking with its error.
+fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
+    plane
+        .kubectl(args)
+        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
+}
+
+/// `kubectl apply` of `object` (JSON) as the admin, returning what the
+/// server stored.
+fn create(plane: &ControlPlane, object: &Value) -> Result<Value, String> {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), object.to_string()).expect("object file");
+    let path = file.path().to_str().expect("utf-8 path");
+    plane
+        .kubectl(&["create", "-f", path, "-o", "json"])
+        .map(|out| serde_json::from_str(&out).expect("kubectl prints JSON"))
+}
+
+/// Installs every CRD of the chart (the same files as `crds/manifests/`)
+/// and waits until the API server serves them.
+fn install_crds(plane: &ControlPlane) {
+    let dir = repo_root().join("helm/flexinfer/crds");
+    kubectl(
+        plane,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            dir.to_str().expect("utf-8 path"),
+        ],
+    );
+    kubectl(
+        plane,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ],
+    );
+}
+
+/// Every FlexInfer object in the repository's examples and docs: the YAML
+/// files of `crds/examples/` and `examples/`, and the YAML blocks of
+/// `docs/*.md`, as (where, object).
+fn documented_objects() -> Vec<(String, Value)> {
+    let root = repo_root();
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for dir in ["crds/examples", "examples"] {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+            .expect("examples folder")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("example");
+            texts.push((f.strip_prefix(&root).unwrap().display().to_string(), text));
+        }
+    }
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    for f in docs {
+        let text = std::fs::read_to_string(&f).expect("doc");
+        let name = f.strip_prefix(&root).unwrap().display().to_string();
+        // YAML blocks, and here-documents of shell blocks
+        // (`kubectl apply -f - <<'EOF'`).
+        let mut block: Option<String> = None;
+        let mut heredoc = false;
+        let mut n = 0;
+        for line in text.lines() {
+            let l = line.trim_start();
+            match &mut block {
+                None if l.starts_with("```yaml") => block = Some(String::new()),
+                None if l.contains("<<'EOF'") || l.contains("<<EOF") => {
+                    heredoc = true;
+                    block = Some(String::new());
+                }
+                Some(_) if (!heredoc && l.starts_with("```")) || (heredoc && l == "EOF") => {
+                    n += 1;
+                    heredoc = false;
+                    texts.push((format!("{name} block {n}"), block.take().unwrap()));
+                }
+                Some(b) => {
+                    b.push_str(line);
+                    b.push('\n');
+                }
+                None => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (source, text) in texts {
+        if !text.contains("apiVersion: ai.flexinfer/") {
+            continue;
+        }
+        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let Ok(value) = serde::Deserialize::deserialize(doc) else {
+                continue;
+            };
+            let value: Value = value;
+            let flexinfer = value["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("ai.flexinfer/"));
+            if flexinfer {
+                out.push((format!("{source} document {}", i + 1), value));
+            }
+        }
+    }
+    out
+}
+
+/// Leaf paths of a JSON value (`a.b[0].c`), with their values.
+fn leaves(value: &Value, path: String, out: &mut BTreeSet<(String, String)>) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, v) in map {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                leaves(v, p, out);
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            for (i, v) in items.iter().enumerate() {
+                leaves(v, format!("{path}[{i}]"), out);
+            }
+        }
+        other => {
+            out.insert((path, other.to_string()));
+        }
+    }
+}
+
+/// The spec as the operator reads it: through its Rust type.
+fn typed<T: DeserializeOwned + Serialize>(spec: &Value) -> Result<Value, String> {
+    let typed: T = serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
+    serde_json::to_value(typed).map_err(|e| e.to_string())
+}
+
+fn operator_view(kind: &str, version: &str, object: &Value) -> Result<Value, String> {
+    match (version, kind) {
+        ("ai.flexinfer/v1alpha2", "Model") => typed::<v1alpha2::Model>(object),
+        ("ai.flexinfer/v1alpha2", "LoRAAdapter") => typed::<v1alpha2::LoRAAdapter>(object),
+        ("ai.flexinfer/v1alpha2", "Cluster") => typed::<v1alpha2::Cluster>(object),
+        ("ai.flexinfer/v1alpha2", "ModelCatalog") => typed::<v1alpha2::ModelCatalog>(object),
+        ("ai.flexinfer/v1alpha2", "FederatedModel") => typed::<v1alpha2::FederatedModel>(object),
+        ("ai.flexinfer/v1alpha2", "GlobalProxy") => typed::<v1alpha2::GlobalProxy>(object),
+        ("ai.flexinfer/v1alpha1", "GPUGroup") => typed::<v1alpha1::GPUGroup>(object),
+        ("ai.flexinfer/v1alpha1", "ModelCache") => typed::<v1alpha1::ModelCache>(object),
+        ("ai.flexinfer/v1alpha1", "ModelDeployment") => typed::<v1alpha1::ModelDeployment>(object),
+        _ => Err(format!("no Rust type for {version} {kind}")),
+    }
+}
+
+/// Every CRD the chart installs is accepted, and every example object in
+/// the repository is created as written: the server prunes none of its
+/// fields, and what it defaults reads the same to the operator as the
+/// object without them.
+#[test]
+fn every_crd_and_documented_object_is_accepted_as_written() {
+    let Some(plane) = plane() else { return };
+    install_crds(plane);
+    let objects = documented_objects();
+    assert!(objects.len() >= 15, "found only {} objects", objects.len());
+    let mut failures = Vec::new();
+    let mut defaulted_report = Vec::new();
+    for (n, (source, mut object)) in objects.into_iter().enumerate() {
+        // Each in a namespace of its own (examples reuse names).
+        let namespace = format!("examples-{n}");
+        let _ = plane.kubectl(&["create", "namespace", &namespace]);
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        let version = object["apiVersion"].as_str().unwrap_or_default().to_owned();
+        // Every FlexInfer kind is namespaced.
+        object["metadata"]["namespace"] = Value::String(namespace.clone());
+        let stored = match create(plane, &object) {
+            Ok(stored) => stored,
+            Err(e) => {
+                failures.push(format!("{source} ({kind}): refused: {e}"));
+                continue;
+            }
+        };
+        let (mut sent, mut kept) = (BTreeSet::new(), BTreeSet::new());
+        leaves(&object["spec"], String::new(), &mut sent);
+        leaves(&stored["spec"], String::new(), &mut kept);
+        let sent_paths: BTreeSet<&String> = sent.iter().map(|(p, _)| p).collect();
+        let kept_paths: BTreeSet<&String> = kept.iter().map(|(p, _)| p).collect();
+        let pruned: Vec<&&String> = sent_paths.difference(&kept_paths).collect();
+        if !pruned.is_empty() {
+            failures.push(format!("{source} ({kind}): the server pruned {pruned:?}"));
+        }
+        let defaulted: Vec<&&String> = kept_paths.difference(&sent_paths).collect();
+        if !defaulted.is_empty() {
+            defaulted_report.push(format!("{source} ({kind}): defaulted {defaulted:?}"));
+        }
+        match (
+            operator_view(&kind, &version, &object),
+            operator_view(&kind, &version, &stored),
+        ) {
+            (Ok(a), Ok(b)) if a["spec"] == b["spec"] => {}
+            (Ok(a), Ok(b)) => failures.push(format!(
+                "{source} ({kind}): the operator reads the stored spec differently:\n  \
+                 sent   {}\n  stored {}",
+                a["spec"], b["spec"]
+            )),
+            (Err(e), _) | (_, Err(e)) => {
+                failures.push(format!("{source} ({kind}): operator type: {e}"))
+            }
+        }
+    }
+    for line in &defaulted_report {
+        eprintln!("{line}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `helm` of the control plane, panicking with its output on failure.
+fn helm(plane: &ControlPlane, args: &[&str]) -> String {
+    let out = plane
+        .helm()
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Kinds the chart can install, namespaced and cluster-wide, for
+/// `kubectl get`.
+const NAMESPACED_KINDS: &str = "deployments,replicasets,pods,services,serviceaccounts,configmaps,\
+secrets,roles,rolebindings,poddisruptionbudgets,networkpolicies,daemonsets,jobs,leases,\
+endpointslices";
+const CLUSTER_KINDS: &str = "clusterroles,clusterrolebindings,priorityclasses,\
+validatingwebhookconfigurations,mutatingwebhookconfigurations";
+
+/// Names of what `release` left, by kind.
+fn left_by(plane: &ControlPlane, namespace: &str, release: &str) -> Vec<String> {
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let mut left = Vec::new();
+    for (kinds, scope) in [(NAMESPACED_KINDS, namespace), (CLUSTER_KINDS, "")] {
+        let mut args = vec!["get", kinds, "-l", &selector, "-o", "name"];
+        if !scope.is_empty() {
+            args.extend(["-n", scope]);
+        }
+        let out = kubectl(plane, &args);
+        left.extend(out.lines().map(str::to_owned));
+    }
+    left
+}
+
+/// The chart installs with its default values and again with the
+/// scheduler extender on, upgrades to a changed value, and uninstalls
+/// leaving nothing but its CRDs (which Helm never deletes).
+#[test]
+fn helm_installs_upgrades_and_uninstalls_the_chart() {
+    let Some(plane) = plane() else { return };
+    let chart = "helm/flexinfer";
+    for (release, namespace, extra) in [
+        ("defaults", "flexinfer-defaults", &[][..]),
+        (
+            "extender",
+            "flexinfer-extender",
+            &["--set", "scheduler.enabled=true"][..],
+        ),
+    ] {
+        let mut args = vec![
+            "install",
+            release,
+            chart,
+            "--namespace",
+            namespace,
+            "--create-namespace",
+        ];
+        args.extend_from_slice(extra);
+        helm(plane, &args);
+        let deployments = kubectl(
+            plane,
+            &["get", "deployments", "-n", namespace, "-o", "name"],
+        );
+        assert!(
+            deployments.contains("flexinfer-proxy"),
+            "{release}: the gateway Deployment exists: {deployments}"
+        );
+        // kube-controller-manager turns each Deployment into a ReplicaSet.
+        let mut replica_sets = String::new();
+        for _ in 0..100 {
+            replica_sets = kubectl(
+                plane,
+                &["get", "replicasets", "-n", namespace, "-o", "name"],
+            );
+            if replica_sets.lines().count() >= deployments.lines().count() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(
+            replica_sets.lines().count() >= deployments.lines().count(),
+            "{release}: ReplicaSets {replica_sets} for {deployments}"
+        );
+
+        let before = kubectl(
+            plane,
+            &[
+                "get",
+                "deploy",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.items[*].spec.replicas}",
+            ],
+        );
+        let mut upgrade = vec![
+            "upgrade",
+            release,
+            chart,
+            "--namespace",
+            namespace,
+            "--reuse-values",
+            "--set",
+            "gateway.logLevel=debug",
+        ];
+        upgrade.extend_from_slice(extra);
+        helm(plane, &upgrade);
+        let env = kubectl(plane, &["get", "deploy", "-n", namespace, "-o", "json"]);
+        assert!(
+            env.contains("debug"),
+            "{release}: the upgrade changed the gateway"
+        );
+        let after = kubectl(
+            plane,
+            &[
+                "get",
+                "deploy",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.items[*].spec.replicas}",
+            ],
+        );
+        assert_eq!(before, after, "{release}: replicas kept over the upgrade");
+
+        helm(
+            plane,
+            &["uninstall", release, "--namespace", namespace, "--wait"],
+        );
+        let mut left = left_by(plane, namespace, release);
+        for _ in 0..100 {
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            left = left_by(plane, namespace, release);
+        }
+        assert!(left.is_empty(), "{release}: uninstall left {left:?}");
+        let crds = kubectl(plane, &["get", "crd", "-o", "name"]);
+        assert!(crds.contains("models.ai.flexinfer"), "CRDs stay: {crds}");
+    }
+}
+
+/// Registers a Node with one NVIDIA GPU, labelled as the node agent labels
+/// it (there is no kubelet: nothing runs on it).
+fn gpu_node(plane: &ControlPlane, name: &str) {
+    let node = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name,
+            "flexinfer.ai/gpu.vendor": "nvidia",
+            "flexinfer.ai/gpu.arch": "sm_89",
+            "flexinfer.ai/gpu.vram": "24Gi",
+            "flexinfer.ai/gpu.count": "1"}},
+    });
+    if create(plane, &node).is_err() {
+        return; // Another test registered it.
+    }
+    let status = serde_json::json!({"status": {
+        "capacity": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "1", "pods": "110"},
+        "allocatable": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "1", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "simulated", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    kubectl(
+        plane,
+        &[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ],
+    );
+}
+
+/// The chart's gateway (with its embedded operator, the default) runs as a
+/// process authenticated with its own ServiceAccount's token, so every
+/// permission it uses is the chart's: it starts, reconciles a Model into
+/// its Deployment and Service and reports its status, and the API server
+/// refuses it nothing (its audit log shows no 403 for that account).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_runs_on_the_charts_rbac_and_is_refused_nothing() {
+    use crate::chart_scenarios::lane::Component;
+    let Some(plane) = plane() else { return };
+    let (release, namespace) = ("rbac", "flexinfer-rbac");
+    helm(
+        plane,
+        &[
+            "install",
+            release,
+            "helm/flexinfer",
+            "--namespace",
+            namespace,
+            "--create-namespace",
+        ],
+    );
+    let deployments: Value = serde_json::from_str(&kubectl(
+        plane,
+        &["get", "deployments", "-n", namespace, "-o", "json"],
+    ))
+    .expect("JSON");
+    let gateway = deployments["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("flexinfer-proxy"))
+        })
+        .expect("the gateway Deployment")
+        .clone();
+    let account = gateway["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("the gateway runs under a ServiceAccount of its own")
+        .to_owned();
+    gpu_node(plane, "rbac-node");
+    let kubeconfig = plane.kubeconfig_for(namespace, &account);
+    let log = plane.dir().join("rbac-gateway.log");
+    let mut component = Component::of(&gateway, &kubeconfig, log.clone()).expect("a gateway");
+    component.start().await;
+
+    let model = serde_json::json!({
+        "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
+        "metadata": {"name": "rbac-model", "namespace": namespace},
+        "spec": {"backend": "vllm", "source": "hf://org/rbac-model",
+                 "gpu": {"vendor": "nvidia"}, "cache": {"strategy": "None"},
+                 "serverless": {"enabled": false}},
+    });
+    create(plane, &model).expect("Model created");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let deployment = plane.kubectl(&[
+            "get",
+            "deployment",
+            "-n",
+            namespace,
+            "-l",
+            "flexinfer.ai/model=rbac-model",
+            "-o",
+            "name",
+        ]);
+        let phase = plane.kubectl(&[
+            "get",
+            "model",
+            "rbac-model",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.status.phase}",
+        ]);
+        if deployment.is_ok_and(|d| !d.trim().is_empty()) && phase.is_ok_and(|p| !p.is_empty()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Model was not reconciled within 60 s: {}\nevents: {}\ngateway log: {}",
+            plane
+                .kubectl(&["get", "model", "rbac-model", "-n", namespace, "-o", "yaml"])
+                .unwrap_or_default(),
+            plane
+                .kubectl(&["get", "events", "-n", namespace])
+                .unwrap_or_default(),
+            log.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // A few more seconds of watches, resyncs and status writes.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let user = format!("system:serviceaccount:{namespace}:{account}");
+    let refused: Vec<_> = plane
+        .forbidden()
+        .into_iter()
+        .filter(|f| f.user == user)
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the API server refused the gateway {} request(s): {refused:#?}\nlog: {}",
+        refused.len(),
+        log.display()
+    );
+    drop(component);
+    helm(plane, &["uninstall", release, "--namespace", namespace]);
+}
