@@ -92,6 +92,7 @@ mod fields;
 mod gc;
 mod http;
 mod meta;
+mod names;
 mod patch;
 pub mod real;
 mod registry;

@@ -806,12 +806,8 @@ impl Store {
                 }
             }
         }
-        if name.contains('/') || name.contains('%') || name == "." || name == ".." {
-            return Err(ApiError::invalid(
-                rt,
-                &name,
-                "metadata.name: Invalid value: may not contain '/' or '%'",
-            ));
+        if let Some(why) = crate::names::invalid_name(rt, &name) {
+            return Err(ApiError::invalid(rt, &name, why));
         }
         m.insert("name".into(), json!(name));
         if rt.namespaced {
@@ -952,6 +948,12 @@ impl Store {
                 return Err(ApiError::conflict(rt, &name));
             }
         }
+        // A uid in the body is a precondition, as upstream.
+        if let Some(want) = meta::meta_str(&new, "uid") {
+            if !want.is_empty() && Some(want) != meta::meta_str(&old, "uid") {
+                return Err(ApiError::conflict(rt, &name));
+            }
+        }
         let preset_managed = new
             .get("metadata")
             .and_then(|m| m.get("managedFields"))
@@ -1023,6 +1025,7 @@ impl Store {
         }
         if scope == Scope::Main {
             defaults::apply(rt, &mut result, Some(&old), &String::new);
+            check_immutable_data(rt, &name, &old, &result)?;
         }
         schema::normalize(rt, &mut result, scope).map_err(|e| ApiError::invalid(rt, &name, e))?;
         if scope == Scope::Main && spec_part(&result) != spec_part(&old) {
@@ -1285,4 +1288,28 @@ pub(crate) fn owner_reference(rt: &ResourceType, owner: &Value) -> Value {
         "controller": true,
         "blockOwnerDeletion": true,
     })
+}
+
+/// An immutable ConfigMap or Secret (`immutable: true`) keeps its data and
+/// stays immutable, as upstream validates.
+fn check_immutable_data(
+    rt: &ResourceType,
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> Result<(), ApiError> {
+    let kinds = rt.group.is_empty() && matches!(rt.kind.as_str(), "ConfigMap" | "Secret");
+    if !kinds || old.get("immutable") != Some(&json!(true)) {
+        return Ok(());
+    }
+    for field in ["data", "binaryData", "immutable"] {
+        if old.get(field) != new.get(field) {
+            return Err(ApiError::invalid(
+                rt,
+                name,
+                format!("{field}: Forbidden: field is immutable when `immutable` is set"),
+            ));
+        }
+    }
+    Ok(())
 }

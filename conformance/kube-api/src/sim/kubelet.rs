@@ -79,7 +79,7 @@ pub(crate) type Running = Arc<Mutex<HashMap<String, KubeletPod>>>;
 /// Next loopback address: `127.0.x.y` with x and y in 1..=254, starting at
 /// an offset derived from the process id so that concurrent test processes
 /// rarely share addresses.
-fn next_ip() -> Ipv4Addr {
+pub(crate) fn next_ip() -> Ipv4Addr {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     const SPAN: u32 = 254 * 254;
     let start = std::process::id().wrapping_mul(977) % SPAN;
@@ -186,14 +186,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// What the readiness probe checks.
 #[derive(Clone, Debug)]
-enum ReadinessProbe {
+pub(crate) enum ReadinessProbe {
     Http { port: u16, path: String },
     Tcp { port: u16 },
     None,
 }
 
 /// The first container's readiness probe, named ports resolved.
-fn readiness_probe(pod: &Value) -> ReadinessProbe {
+pub(crate) fn readiness_probe(pod: &Value) -> ReadinessProbe {
     let Some(container) = pod.pointer("/spec/containers/0") else {
         return ReadinessProbe::None;
     };
@@ -274,36 +274,7 @@ impl PodTask {
     }
 
     async fn probe(&self) -> bool {
-        let connect = |port: u16| {
-            tokio::time::timeout(
-                Duration::from_secs(1),
-                tokio::net::TcpStream::connect((self.ip, port)),
-            )
-        };
-        match &self.probe {
-            ReadinessProbe::None => true,
-            ReadinessProbe::Tcp { port } => matches!(connect(*port).await, Ok(Ok(_))),
-            ReadinessProbe::Http { port, path } => {
-                let Ok(Ok(mut stream)) = connect(*port).await else {
-                    return false;
-                };
-                let request = format!(
-                    "GET {path} HTTP/1.1\r\nHost: {}:{port}\r\nUser-Agent: kube-probe/1.33\r\nConnection: close\r\n\r\n",
-                    self.ip
-                );
-                if stream.write_all(request.as_bytes()).await.is_err() {
-                    return false;
-                }
-                let mut head = [0u8; 12];
-                let read =
-                    tokio::time::timeout(Duration::from_secs(1), stream.read_exact(&mut head));
-                let Ok(Ok(_)) = read.await else {
-                    return false;
-                };
-                // "HTTP/1.1 200": 2xx and 3xx count as success, as for kubelet.
-                matches!(head[9], b'2' | b'3')
-            }
-        }
+        probe(self.ip, &self.probe).await
     }
 
     /// Writes phase, address and readiness, unless the Pod is gone or
@@ -365,7 +336,41 @@ impl PodTask {
     }
 }
 
-fn spawn(process: &PodProcess) -> std::io::Result<tokio::process::Child> {
+/// Whether `probe` succeeds against `ip` now (as kubelet: 2xx and 3xx
+/// answers count, within a second).
+pub(crate) async fn probe(ip: Ipv4Addr, probe: &ReadinessProbe) -> bool {
+    let connect = |port: u16| {
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::net::TcpStream::connect((ip, port)),
+        )
+    };
+    match probe {
+        ReadinessProbe::None => true,
+        ReadinessProbe::Tcp { port } => matches!(connect(*port).await, Ok(Ok(_))),
+        ReadinessProbe::Http { port, path } => {
+            let Ok(Ok(mut stream)) = connect(*port).await else {
+                return false;
+            };
+            let request = format!(
+                    "GET {path} HTTP/1.1\r\nHost: {}:{port}\r\nUser-Agent: kube-probe/1.33\r\nConnection: close\r\n\r\n",
+                    ip
+                );
+            if stream.write_all(request.as_bytes()).await.is_err() {
+                return false;
+            }
+            let mut head = [0u8; 12];
+            let read = tokio::time::timeout(Duration::from_secs(1), stream.read_exact(&mut head));
+            let Ok(Ok(_)) = read.await else {
+                return false;
+            };
+            // "HTTP/1.1 200": 2xx and 3xx count as success, as for kubelet.
+            matches!(head[9], b'2' | b'3')
+        }
+    }
+}
+
+pub(crate) fn spawn(process: &PodProcess) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&process.program);
     cmd.args(&process.args)
         .stdin(Stdio::null())

@@ -3,6 +3,7 @@
 
 mod controller;
 mod crud;
+mod differential;
 mod lifecycle;
 mod patch_apply;
 mod raw;

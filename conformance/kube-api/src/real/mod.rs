@@ -15,6 +15,10 @@
 //! processes die with the test binary (parent-death signal), and its folder
 //! is removed by the OS's temp cleaning, not by the tests.
 
+pub mod kubelet;
+
+pub use kubelet::{KubeletConfig, RealKubelet};
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;

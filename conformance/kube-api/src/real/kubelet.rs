@@ -1,0 +1,299 @@
+//! A simulated kubelet for the real API server: it registers a Node and
+//! runs the Pods bound to it as local processes, as `sim::kubelet` does
+//! for the in-memory server, but entirely through the API.
+//!
+//! - Pods matching its label selector that name no node are bound to its
+//!   Node (`pods/binding`), as the default scheduler would, unless a
+//!   scheduler is to place them (`bind_unscheduled: false`).
+//! - A Pod on its Node gets a loopback address of its own and a process
+//!   from the [`PodRunner`]; its status (phase, `podIP`, conditions,
+//!   container state) is written through `pods/status`, `Ready` once the
+//!   first container's readiness probe answers. A process that exits is
+//!   restarted after 500 ms (`restartCount`).
+//! - A Pod marked for deletion has its process killed, then is deleted
+//!   with grace period 0, which is how a kubelet confirms termination.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use crate::sim::kubelet::{next_ip, probe, readiness_probe, spawn, ReadinessProbe};
+use crate::sim::{PodProcess, PodRunner};
+
+const PROBE_PERIOD: Duration = Duration::from_millis(100);
+const RESTART_DELAY: Duration = Duration::from_millis(500);
+
+/// What the kubelet serves.
+#[derive(Clone)]
+pub struct KubeletConfig {
+    /// Node name; the Node is created (labels, GPU capacity) if missing.
+    pub node: String,
+    /// Labels of the Node.
+    pub node_labels: Value,
+    /// `status.capacity` (and allocatable) of the Node.
+    pub capacity: Value,
+    /// Label selector of the Pods it runs (`key=value`).
+    pub selector: String,
+    /// Bind Pods that name no node to this Node.
+    pub bind_unscheduled: bool,
+    /// Maps a Pod to its process.
+    pub runner: PodRunner,
+}
+
+/// A running kubelet; dropping it stops it and kills its processes.
+pub struct RealKubelet {
+    task: JoinHandle<()>,
+}
+
+impl Drop for RealKubelet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RealKubelet {
+    /// Registers the Node and starts serving its Pods.
+    pub async fn start(client: kube::Client, config: KubeletConfig) -> kube::Result<Self> {
+        register_node(&client, &config).await?;
+        let task = tokio::spawn(run(client, config));
+        Ok(Self { task })
+    }
+}
+
+async fn register_node(client: &kube::Client, config: &KubeletConfig) -> kube::Result<()> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": config.node, "labels": config.node_labels},
+    });
+    let pp = PatchParams::apply("simulated-kubelet").force();
+    nodes.patch(&config.node, &pp, &Patch::Apply(&node)).await?;
+    let now = now();
+    let status = json!({"status": {
+        "capacity": config.capacity,
+        "allocatable": config.capacity,
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                      {"type": "Hostname", "address": config.node}],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "simulated kubelet", "lastHeartbeatTime": now,
+                        "lastTransitionTime": now}],
+    }});
+    nodes
+        .patch_status(
+            &config.node,
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await?;
+    Ok(())
+}
+
+fn now() -> String {
+    crate::meta::now()
+}
+
+async fn run(client: kube::Client, config: KubeletConfig) {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let watch = watcher::watcher(pods, watcher::Config::default().labels(&config.selector));
+    let mut tasks = PodTasks::default();
+    let mut stream = std::pin::pin!(watch);
+    while let Some(event) = stream.next().await {
+        let pods: Vec<Pod> = match event {
+            Ok(Event::Apply(p) | Event::InitApply(p)) => vec![p],
+            Ok(Event::Delete(p)) => {
+                if let Some(task) = p.metadata.uid.as_ref().and_then(|u| tasks.0.remove(u)) {
+                    task.abort();
+                }
+                continue;
+            }
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "simulated kubelet watch");
+                continue;
+            }
+        };
+        for pod in pods {
+            handle(&client, &config, &mut tasks.0, pod).await;
+        }
+    }
+}
+
+async fn handle(
+    client: &kube::Client,
+    config: &KubeletConfig,
+    tasks: &mut HashMap<String, JoinHandle<()>>,
+    pod: Pod,
+) {
+    let (Some(uid), Some(name), Some(ns)) = (
+        pod.metadata.uid.clone(),
+        pod.metadata.name.clone(),
+        pod.metadata.namespace.clone(),
+    ) else {
+        return;
+    };
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    if pod.metadata.deletion_timestamp.is_some() {
+        if let Some(task) = tasks.remove(&uid) {
+            task.abort();
+        }
+        // The process is gone: confirm, as a kubelet does.
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let _ = api.delete(&name, &dp).await;
+        return;
+    }
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    match node {
+        None if config.bind_unscheduled => {
+            let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": config.node}});
+            let body = serde_json::to_vec(&binding).unwrap_or_default();
+            let req =
+                axum::http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/binding"))
+                    .header("content-type", "application/json")
+                    .body(body);
+            if let Ok(req) = req {
+                let _ = client.request_text(req).await;
+            }
+        }
+        Some(n) if n == config.node && !tasks.contains_key(&uid) => {
+            let value = serde_json::to_value(&pod).unwrap_or_default();
+            let ip = next_ip();
+            let Some(process) = (config.runner)(&value, ip) else {
+                tasks.insert(uid, tokio::spawn(async {}));
+                return;
+            };
+            let task = PodTask {
+                api,
+                name,
+                uid: uid.clone(),
+                ip,
+                container: value
+                    .pointer("/spec/containers/0/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("main")
+                    .to_owned(),
+                probe: readiness_probe(&value),
+                started: now(),
+            };
+            tasks.insert(uid, tokio::spawn(task.run(process)));
+        }
+        _ => {}
+    }
+}
+
+/// The per-Pod tasks: dropping them (the kubelet stopped) aborts them,
+/// which kills their processes.
+#[derive(Default)]
+struct PodTasks(HashMap<String, JoinHandle<()>>);
+
+impl Drop for PodTasks {
+    fn drop(&mut self) {
+        for (_, task) in self.0.drain() {
+            task.abort();
+        }
+    }
+}
+
+struct PodTask {
+    api: Api<Pod>,
+    name: String,
+    uid: String,
+    ip: Ipv4Addr,
+    container: String,
+    probe: ReadinessProbe,
+    started: String,
+}
+
+impl PodTask {
+    async fn run(self, process: PodProcess) {
+        let mut restarts = 0u32;
+        loop {
+            let mut child = match spawn(&process) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, pod = %self.name, "simulated kubelet could not start a process");
+                    self.write_status(false, restarts, Some("Failed")).await;
+                    return;
+                }
+            };
+            self.write_status(false, restarts, None).await;
+            let mut ready = false;
+            let mut failures = 0;
+            loop {
+                tokio::select! {
+                    _ = child.wait() => break,
+                    _ = tokio::time::sleep(PROBE_PERIOD) => {}
+                }
+                let ok = probe(self.ip, &self.probe).await;
+                failures = if ok { 0 } else { failures + 1 };
+                if ok != ready && (ok || failures >= 3) {
+                    ready = ok;
+                    self.write_status(ready, restarts, None).await;
+                }
+            }
+            restarts += 1;
+            self.write_status(false, restarts, None).await;
+            tokio::time::sleep(RESTART_DELAY).await;
+        }
+    }
+
+    /// Writes phase, address and readiness through `pods/status`, for this
+    /// Pod only (a uid precondition).
+    async fn write_status(&self, ready: bool, restarts: u32, phase: Option<&str>) {
+        let ready_text = if ready { "True" } else { "False" };
+        let now = now();
+        let condition = |kind: &str, status: &str| json!({"type": kind, "status": status, "lastTransitionTime": now});
+        let status = json!({
+            "metadata": {"uid": self.uid},
+            "status": {
+                "phase": phase.unwrap_or("Running"),
+                "podIP": self.ip.to_string(),
+                "podIPs": [{"ip": self.ip.to_string()}],
+                "hostIP": "127.0.0.1",
+                "hostIPs": [{"ip": "127.0.0.1"}],
+                "startTime": self.started,
+                "conditions": [
+                    condition("PodScheduled", "True"),
+                    condition("Initialized", "True"),
+                    condition("ContainersReady", ready_text),
+                    condition("Ready", ready_text),
+                ],
+                "containerStatuses": [{
+                    "name": self.container,
+                    "image": "flexinfer-sim",
+                    "imageID": "",
+                    "ready": ready,
+                    "started": phase.is_none(),
+                    "restartCount": restarts,
+                    "state": if phase.is_none() {
+                        json!({"running": {"startedAt": self.started}})
+                    } else {
+                        json!({"terminated": {"exitCode": 1}})
+                    },
+                }],
+            },
+        });
+        if let Err(e) = self
+            .api
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            tracing::debug!(error = %e, pod = %self.name, "simulated kubelet status write");
+        }
+    }
+}
