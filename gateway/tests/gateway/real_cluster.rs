@@ -439,6 +439,97 @@ fn gpu_node(plane: &ControlPlane, name: &str) {
     );
 }
 
+/// A release installed by the real `helm` with `values`, and its gateway
+/// running as a process on its own ServiceAccount's token.
+struct Release {
+    namespace: String,
+    release: String,
+    account: String,
+    gateway: crate::chart_scenarios::lane::Component,
+    log: PathBuf,
+}
+
+impl Release {
+    async fn install(
+        plane: &ControlPlane,
+        release: &str,
+        namespace: &str,
+        values: &[&str],
+    ) -> Self {
+        let mut args = vec![
+            "install",
+            release,
+            "helm/flexinfer",
+            "--namespace",
+            namespace,
+            "--create-namespace",
+        ];
+        args.extend_from_slice(values);
+        helm(plane, &args);
+        let deployments: Value = serde_json::from_str(&kubectl(
+            plane,
+            &["get", "deployments", "-n", namespace, "-o", "json"],
+        ))
+        .expect("JSON");
+        let gateway = deployments["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| {
+                d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("flexinfer-proxy"))
+            })
+            .expect("the gateway Deployment")
+            .clone();
+        let account = gateway["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .expect("the gateway runs under a ServiceAccount of its own")
+            .to_owned();
+        let kubeconfig = plane.kubeconfig_for(namespace, &account);
+        let log = plane.dir().join(format!("{release}-gateway.log"));
+        let mut gateway =
+            crate::chart_scenarios::lane::Component::of(&gateway, &kubeconfig, log.clone())
+                .expect("a gateway");
+        gateway.start().await;
+        Release {
+            namespace: namespace.to_owned(),
+            release: release.to_owned(),
+            account,
+            gateway,
+            log,
+        }
+    }
+
+    /// The requests the API server refused the gateway's account so far.
+    fn refused(&self, plane: &ControlPlane) -> Vec<flexinfer_testkube::real::Forbidden> {
+        let user = format!("system:serviceaccount:{}:{}", self.namespace, self.account);
+        plane
+            .forbidden()
+            .into_iter()
+            .filter(|f| f.user == user)
+            .collect()
+    }
+
+    fn uninstall(self, plane: &ControlPlane) {
+        drop(self.gateway);
+        helm(
+            plane,
+            &["uninstall", &self.release, "--namespace", &self.namespace],
+        );
+    }
+}
+
+fn model(name: &str, namespace: &str, serverless: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"backend": "vllm", "source": format!("hf://org/{name}"),
+                 "gpu": {"vendor": "nvidia"}, "cache": {"strategy": "None"},
+                 "serverless": serverless},
+    })
+}
+
 /// The chart's gateway (with its embedded operator, the default) runs as a
 /// process authenticated with its own ServiceAccount's token, so every
 /// permission it uses is the chart's: it starts, reconciles a Model into
@@ -446,61 +537,26 @@ fn gpu_node(plane: &ControlPlane, name: &str) {
 /// refuses it nothing (its audit log shows no 403 for that account).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_runs_on_the_charts_rbac_and_is_refused_nothing() {
-    use crate::chart_scenarios::lane::Component;
     let Some(plane) = plane() else { return };
-    let (release, namespace) = ("rbac", "flexinfer-rbac");
-    helm(
-        plane,
-        &[
-            "install",
-            release,
-            "helm/flexinfer",
-            "--namespace",
-            namespace,
-            "--create-namespace",
-        ],
-    );
-    let deployments: Value = serde_json::from_str(&kubectl(
-        plane,
-        &["get", "deployments", "-n", namespace, "-o", "json"],
-    ))
-    .expect("JSON");
-    let gateway = deployments["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|d| {
-            d["metadata"]["name"]
-                .as_str()
-                .is_some_and(|n| n.ends_with("flexinfer-proxy"))
-        })
-        .expect("the gateway Deployment")
-        .clone();
-    let account = gateway["spec"]["template"]["spec"]["serviceAccountName"]
-        .as_str()
-        .expect("the gateway runs under a ServiceAccount of its own")
-        .to_owned();
     gpu_node(plane, "rbac-node");
-    let kubeconfig = plane.kubeconfig_for(namespace, &account);
-    let log = plane.dir().join("rbac-gateway.log");
-    let mut component = Component::of(&gateway, &kubeconfig, log.clone()).expect("a gateway");
-    component.start().await;
-
-    let model = serde_json::json!({
-        "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
-        "metadata": {"name": "rbac-model", "namespace": namespace},
-        "spec": {"backend": "vllm", "source": "hf://org/rbac-model",
-                 "gpu": {"vendor": "nvidia"}, "cache": {"strategy": "None"},
-                 "serverless": {"enabled": false}},
-    });
-    create(plane, &model).expect("Model created");
+    let rel = Release::install(plane, "rbac", "flexinfer-rbac", &[]).await;
+    let namespace = rel.namespace.clone();
+    create(
+        plane,
+        &model(
+            "rbac-model",
+            &namespace,
+            serde_json::json!({"enabled": false}),
+        ),
+    )
+    .expect("Model created");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let deployment = plane.kubectl(&[
             "get",
             "deployment",
             "-n",
-            namespace,
+            &namespace,
             "-l",
             "flexinfer.ai/model=rbac-model",
             "-o",
@@ -511,7 +567,7 @@ async fn the_gateway_runs_on_the_charts_rbac_and_is_refused_nothing() {
             "model",
             "rbac-model",
             "-n",
-            namespace,
+            &namespace,
             "-o",
             "jsonpath={.status.phase}",
         ]);
@@ -522,29 +578,117 @@ async fn the_gateway_runs_on_the_charts_rbac_and_is_refused_nothing() {
             std::time::Instant::now() < deadline,
             "the Model was not reconciled within 60 s: {}\nevents: {}\ngateway log: {}",
             plane
-                .kubectl(&["get", "model", "rbac-model", "-n", namespace, "-o", "yaml"])
+                .kubectl(&["get", "model", "rbac-model", "-n", &namespace, "-o", "yaml"])
                 .unwrap_or_default(),
             plane
-                .kubectl(&["get", "events", "-n", namespace])
+                .kubectl(&["get", "events", "-n", &namespace])
                 .unwrap_or_default(),
-            log.display()
+            rel.log.display()
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     // A few more seconds of watches, resyncs and status writes.
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-    let user = format!("system:serviceaccount:{namespace}:{account}");
-    let refused: Vec<_> = plane
-        .forbidden()
-        .into_iter()
-        .filter(|f| f.user == user)
-        .collect();
+    let refused = rel.refused(plane);
     assert!(
         refused.is_empty(),
         "the API server refused the gateway {} request(s): {refused:#?}\nlog: {}",
         refused.len(),
-        log.display()
+        rel.log.display()
     );
-    drop(component);
-    helm(plane, &["uninstall", release, "--namespace", namespace]);
+    rel.uninstall(plane);
+}
+
+/// A chat request for a Model scaled to zero, through the real cluster: the
+/// gateway (on the chart's RBAC) scales the Model's Deployment up,
+/// kube-controller-manager makes its ReplicaSet and Pod, the simulated
+/// kubelet binds and runs the Pod as a `flexinfer-sim` process,
+/// kube-controller-manager publishes it in an EndpointSlice once Ready, and
+/// the request is answered; nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_starts_a_model_from_zero_through_the_real_cluster() {
+    use crate::chart_scenarios::lane::{sim_process, SimFlags, MODEL_LABEL};
+    use flexinfer_testkube::real::{KubeletConfig, RealKubelet};
+    let Some(plane) = plane() else { return };
+    let logs = plane.dir().join("cold-start");
+    std::fs::create_dir_all(&logs).expect("log folder");
+    let flags = SimFlags::default();
+    let pod_logs = logs.clone();
+    let runner_flags = flags.clone();
+    let _kubelet = RealKubelet::start(
+        plane.client().await,
+        KubeletConfig {
+            node: "sim-node-1".into(),
+            node_labels: serde_json::json!({
+                "kubernetes.io/hostname": "sim-node-1",
+                "flexinfer.ai/gpu.vendor": "nvidia",
+                "flexinfer.ai/gpu.arch": "sm_89",
+                "flexinfer.ai/gpu.vram": "24Gi",
+                "flexinfer.ai/gpu.count": "1"}),
+            capacity: serde_json::json!({"cpu": "16", "memory": "64Gi",
+                "nvidia.com/gpu": "1", "pods": "110"}),
+            selector: MODEL_LABEL.into(),
+            bind_unscheduled: true,
+            runner: std::sync::Arc::new(move |pod, ip| {
+                sim_process(pod, ip, &runner_flags, &pod_logs)
+            }),
+            network: Some(std::sync::Arc::new(
+                flexinfer_testkube::real::PodNetwork::create()
+                    .expect("a network namespace for pods (needs root and `ip`)"),
+            )),
+        },
+    )
+    .await
+    .expect("kubelet");
+    // The operator puts NVIDIA pods in RuntimeClass `nvidia`, which the
+    // NVIDIA GPU operator creates; admission refuses pods naming a missing
+    // one.
+    let _ = create(
+        plane,
+        &serde_json::json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia"}, "handler": "nvidia"}),
+    );
+    let rel = Release::install(plane, "coldstart", "flexinfer-coldstart", &[]).await;
+    let namespace = rel.namespace.clone();
+    create(
+        plane,
+        &model(
+            "cold",
+            &namespace,
+            serde_json::json!({"enabled": true, "idleTimeout": "5m", "coldStartTimeout": "60s"}),
+        ),
+    )
+    .expect("Model created");
+    let started = std::time::Instant::now();
+    let resp = crate::chart_scenarios::lane::fresh_client()
+        .post(rel.gateway.url("http", "/v1/chat/completions"))
+        .json(&crate::support::chat("cold"))
+        .send()
+        .await
+        .expect("chat request");
+    let status = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    assert_eq!(
+        status,
+        200,
+        "{body}\nmodel: {}\npods: {}\nevents: {}\ngateway log: {}",
+        plane
+            .kubectl(&["get", "model", "cold", "-n", &namespace, "-o", "yaml"])
+            .unwrap_or_default(),
+        plane
+            .kubectl(&["get", "pods", "-n", &namespace, "-o", "wide"])
+            .unwrap_or_default(),
+        plane
+            .kubectl(&["get", "events", "-n", &namespace])
+            .unwrap_or_default(),
+        rel.log.display()
+    );
+    eprintln!(
+        "cold start through the real cluster answered in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let refused = rel.refused(plane);
+    assert!(refused.is_empty(), "refused: {refused:#?}");
+    drop(flags);
+    rel.uninstall(plane);
 }

@@ -5,8 +5,10 @@
 //! - Pods matching its label selector that name no node are bound to its
 //!   Node (`pods/binding`), as the default scheduler would, unless a
 //!   scheduler is to place them (`bind_unscheduled: false`).
-//! - A Pod on its Node gets a loopback address of its own and a process
-//!   from the [`PodRunner`]; its status (phase, `podIP`, conditions,
+//! - A Pod on its Node gets an address of its own in the kubelet's
+//!   [`PodNetwork`] (the real API server refuses loopback addresses in
+//!   EndpointSlices) and a process from the [`PodRunner`], run inside that
+//!   network; its status (phase, `podIP`, conditions,
 //!   container state) is written through `pods/status`, `Ready` once the
 //!   first container's readiness probe answers. A process that exits is
 //!   restarted after 500 ms (`restartCount`).
@@ -15,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -26,6 +29,8 @@ use tokio::task::JoinHandle;
 
 use crate::sim::kubelet::{next_ip, probe, readiness_probe, spawn, ReadinessProbe};
 use crate::sim::{PodProcess, PodRunner};
+
+use super::netns::PodNetwork;
 
 const PROBE_PERIOD: Duration = Duration::from_millis(100);
 const RESTART_DELAY: Duration = Duration::from_millis(500);
@@ -45,6 +50,9 @@ pub struct KubeletConfig {
     pub bind_unscheduled: bool,
     /// Maps a Pod to its process.
     pub runner: PodRunner,
+    /// Where Pods get their addresses; `None`: loopback addresses, which
+    /// EndpointSlices refuse.
+    pub network: Option<Arc<PodNetwork>>,
 }
 
 /// A running kubelet; dropping it stops it and kills its processes.
@@ -172,10 +180,23 @@ async fn handle(
         }
         Some(n) if n == config.node && !tasks.contains_key(&uid) => {
             let value = serde_json::to_value(&pod).unwrap_or_default();
-            let ip = next_ip();
+            let ip = match &config.network {
+                None => next_ip(),
+                Some(net) => match net.next_ip() {
+                    Ok(ip) => ip,
+                    Err(e) => {
+                        tracing::warn!(error = %e, pod = %name, "simulated kubelet: no pod address");
+                        return;
+                    }
+                },
+            };
             let Some(process) = (config.runner)(&value, ip) else {
                 tasks.insert(uid, tokio::spawn(async {}));
                 return;
+            };
+            let process = match &config.network {
+                Some(net) => net.wrap(process),
+                None => process,
             };
             let task = PodTask {
                 api,

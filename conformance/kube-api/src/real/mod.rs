@@ -16,8 +16,10 @@
 //! is removed by the OS's temp cleaning, not by the tests.
 
 pub mod kubelet;
+pub mod netns;
 
 pub use kubelet::{KubeletConfig, RealKubelet};
+pub use netns::PodNetwork;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

@@ -75,7 +75,7 @@ pub type SimFlags = Arc<Mutex<HashMap<String, Vec<String>>>>;
 
 /// Maps a model pod's engine container (vLLM or llama.cpp args as the
 /// operator renders them) onto a `flexinfer-sim` command on `ip`.
-fn sim_process(pod: &Value, ip: Ipv4Addr, flags: &SimFlags, logs: &Path) -> Option<PodProcess> {
+pub fn sim_process(pod: &Value, ip: Ipv4Addr, flags: &SimFlags, logs: &Path) -> Option<PodProcess> {
     let model = pod["metadata"]["labels"][MODEL_LABEL].as_str()?;
     let pod_name = pod["metadata"]["name"].as_str()?;
     let container = &pod["spec"]["containers"][0];
