@@ -18,7 +18,6 @@
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -27,13 +26,10 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use crate::sim::kubelet::{next_ip, probe, readiness_probe, spawn, ReadinessProbe};
+use crate::sim::kubelet::{next_ip, readiness_probe, supervise, PodState, ReadinessProbe};
 use crate::sim::{PodProcess, PodRunner};
 
 use super::netns::PodNetwork;
-
-const PROBE_PERIOD: Duration = Duration::from_millis(100);
-const RESTART_DELAY: Duration = Duration::from_millis(500);
 
 /// What the kubelet serves.
 #[derive(Clone)]
@@ -242,35 +238,17 @@ struct PodTask {
 
 impl PodTask {
     async fn run(self, process: PodProcess) {
-        let mut restarts = 0u32;
-        loop {
-            let mut child = match spawn(&process) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, pod = %self.name, "simulated kubelet could not start a process");
-                    self.write_status(false, restarts, Some("Failed")).await;
-                    return;
-                }
-            };
-            self.write_status(false, restarts, None).await;
-            let mut ready = false;
-            let mut failures = 0;
-            loop {
-                tokio::select! {
-                    _ = child.wait() => break,
-                    _ = tokio::time::sleep(PROBE_PERIOD) => {}
-                }
-                let ok = probe(self.ip, &self.probe).await;
-                failures = if ok { 0 } else { failures + 1 };
-                if ok != ready && (ok || failures >= 3) {
-                    ready = ok;
-                    self.write_status(ready, restarts, None).await;
-                }
-            }
-            restarts += 1;
-            self.write_status(false, restarts, None).await;
-            tokio::time::sleep(RESTART_DELAY).await;
-        }
+        let report =
+            |s: PodState| self.write_status(s.ready, s.restarts, s.failed.then_some("Failed"));
+        supervise(
+            process,
+            self.ip,
+            self.probe.clone(),
+            &self.name,
+            |_| {},
+            report,
+        )
+        .await;
     }
 
     /// Writes phase, address and readiness through `pods/status`, for this

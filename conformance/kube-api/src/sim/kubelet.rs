@@ -233,48 +233,88 @@ struct PodTask {
     running: Running,
 }
 
+/// What a Pod's supervision reports: readiness, restarts, and `Failed`
+/// when its process could not start.
+pub(crate) struct PodState {
+    pub(crate) ready: bool,
+    pub(crate) restarts: u32,
+    pub(crate) failed: bool,
+}
+
+/// Runs a Pod's process as `restartPolicy: Always` would: started again
+/// 500 ms after each exit, readiness probed every 100 ms (3 failures to
+/// turn unready). `report` hears each change of state; `on_pid` the
+/// process id of each start (`None` at each exit).
+pub(crate) async fn supervise<F, Fut>(
+    process: PodProcess,
+    ip: Ipv4Addr,
+    probe_of: ReadinessProbe,
+    name: &str,
+    mut on_pid: impl FnMut(Option<u32>),
+    mut report: F,
+) where
+    F: FnMut(PodState) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut restarts = 0u32;
+    let state = |ready, restarts, failed| PodState {
+        ready,
+        restarts,
+        failed,
+    };
+    loop {
+        let mut child = match spawn(&process) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, pod = %name, "simulated kubelet could not start a process");
+                report(state(false, restarts, true)).await;
+                return;
+            }
+        };
+        on_pid(child.id());
+        report(state(false, restarts, false)).await;
+        let mut ready = false;
+        let mut failures = 0;
+        let exited = loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                _ = tokio::time::sleep(PROBE_PERIOD) => {}
+            }
+            let ok = probe(ip, &probe_of).await;
+            failures = if ok { 0 } else { failures + 1 };
+            if ok != ready && (ok || failures >= 3) {
+                ready = ok;
+                report(state(ready, restarts, false)).await;
+            }
+        };
+        tracing::debug!(pod = %name, status = ?exited, "simulated pod process exited");
+        on_pid(None);
+        restarts += 1;
+        report(state(false, restarts, false)).await;
+        tokio::time::sleep(RESTART_DELAY).await;
+    }
+}
+
 impl PodTask {
     async fn run(self, process: PodProcess) {
-        let mut restarts = 0u32;
-        loop {
-            let mut child = match spawn(&process) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, pod = %self.name, "simulated kubelet could not start a process");
-                    self.write_status(false, restarts, Some("Failed"));
-                    return;
-                }
-            };
+        let on_pid = |pid| {
             if let Some(p) = lock(&self.running).get_mut(&self.uid) {
-                p.pid = child.id();
+                p.pid = pid;
             }
-            self.write_status(false, restarts, None);
-            let mut ready = false;
-            let mut failures = 0;
-            let exited = loop {
-                tokio::select! {
-                    status = child.wait() => break status,
-                    _ = tokio::time::sleep(PROBE_PERIOD) => {}
-                }
-                let ok = self.probe().await;
-                failures = if ok { 0 } else { failures + 1 };
-                if ok != ready && (ok || failures >= 3) {
-                    ready = ok;
-                    self.write_status(ready, restarts, None);
-                }
-            };
-            tracing::debug!(pod = %self.name, status = ?exited, "simulated pod process exited");
-            if let Some(p) = lock(&self.running).get_mut(&self.uid) {
-                p.pid = None;
-            }
-            restarts += 1;
-            self.write_status(false, restarts, None);
-            tokio::time::sleep(RESTART_DELAY).await;
-        }
-    }
-
-    async fn probe(&self) -> bool {
-        probe(self.ip, &self.probe).await
+        };
+        let report = |s: PodState| {
+            self.write_status(s.ready, s.restarts, s.failed.then_some("Failed"));
+            std::future::ready(())
+        };
+        supervise(
+            process,
+            self.ip,
+            self.probe.clone(),
+            &self.name,
+            on_pid,
+            report,
+        )
+        .await;
     }
 
     /// Writes phase, address and readiness, unless the Pod is gone or
