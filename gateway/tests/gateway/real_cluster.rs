@@ -345,17 +345,20 @@ fn helm_installs_upgrades_and_uninstalls_the_chart() {
             "{release}: ReplicaSets {replica_sets} for {deployments}"
         );
 
-        let before = kubectl(
-            plane,
-            &[
-                "get",
-                "deploy",
-                "-n",
-                namespace,
-                "-o",
-                "jsonpath={.items[*].spec.replicas}",
-            ],
-        );
+        let replicas = || {
+            kubectl(
+                plane,
+                &[
+                    "get",
+                    "deploy",
+                    "-n",
+                    namespace,
+                    "-o",
+                    "jsonpath={.items[*].spec.replicas}",
+                ],
+            )
+        };
+        let before = replicas();
         let mut upgrade = vec![
             "upgrade",
             release,
@@ -373,17 +376,7 @@ fn helm_installs_upgrades_and_uninstalls_the_chart() {
             env.contains("debug"),
             "{release}: the upgrade changed the gateway"
         );
-        let after = kubectl(
-            plane,
-            &[
-                "get",
-                "deploy",
-                "-n",
-                namespace,
-                "-o",
-                "jsonpath={.items[*].spec.replicas}",
-            ],
-        );
+        let after = replicas();
         assert_eq!(before, after, "{release}: replicas kept over the upgrade");
 
         helm(
