@@ -44,9 +44,6 @@ pub const SHARED_SWAP_COOLDOWN: Duration = Duration::from_secs(300);
 /// preempt the active member.
 pub const SHARED_DEMAND_WINDOW: Duration = Duration::from_secs(120);
 
-/// `Model.spec.cache.storageClass`.
-pub const CACHE_STORAGE_CLASS: &str = "longhorn";
-
 /// `Model.spec.cache.size` and `ModelCache.spec.storageSize`.
 pub const CACHE_SIZE: &str = "50Gi";
 

@@ -155,6 +155,9 @@ pub const CACHE_KIND_PREFETCH: &str = "prefetch";
 pub const CACHE_PVC: &str = "flexinfer.ai/cache-pvc";
 /// Cache Job annotation: destination directory inside the PVC.
 pub const CACHE_DEST: &str = "flexinfer.ai/cache-dest";
+/// Annotation of cache Jobs: digest of the work they do (their pod
+/// template without images), so a Job is recreated only when that changes.
+pub const CACHE_WORK: &str = "flexinfer.ai/cache-work";
 
 // ---------------------------------------------------------------------------
 // Shared GPU demand and leases.
@@ -171,13 +174,21 @@ pub fn gpu_lease_config_map(group: &str) -> String {
 /// GPUGroup annotation carrying the queue depth of a member model, written
 /// by the gateway as demand signal: `flexinfer.ai/queue.<model>`.
 pub fn queue_annotation(model: &str) -> String {
-    format!("{PREFIX}queue.{model}")
+    format!("{PREFIX}queue.{}", queue_key_part(model))
 }
 
 /// GPUGroup annotation carrying when requests for a member model started
 /// queueing (RFC 3339): `flexinfer.ai/queue-since.<model>`.
 pub fn queue_since_annotation(model: &str) -> String {
-    format!("{PREFIX}queue-since.{model}")
+    format!("{PREFIX}queue-since.{}", queue_key_part(model))
+}
+
+/// The model's part of a queue annotation key. The name part of a key
+/// holds 63 characters, so names longer than 51 (63 less `queue-since.`)
+/// are shortened with a hash; [`model_from_queue_annotation`] then gives
+/// that shortened form.
+fn queue_key_part(model: &str) -> String {
+    crate::names::bounded(model, 51)
 }
 
 /// The model named by a [`queue_annotation`] key, if `key` is one.
@@ -224,17 +235,30 @@ pub const BENCHMARK_RESULTS_CONFIG_MAP: &str = "flexinfer-benchmark-results";
 // Helpers.
 // ---------------------------------------------------------------------------
 
-/// Labels selecting a model's pods; the operator puts them on the
-/// Deployment's pod template and the Service selector, the gateway uses
-/// them to find endpoints.
+/// Labels of a model's owned objects and pods: [`identity_labels`] plus
+/// the backend. Values naming the model are [`crate::names::label_value`].
 pub fn selector_labels(model: &str, backend: &str) -> BTreeMap<String, String> {
+    let mut out = identity_labels(model);
+    out.insert(BACKEND.to_owned(), backend.to_owned());
+    out
+}
+
+/// Labels that identify a model's pods whatever its backend: the
+/// Deployment's selector (immutable, so a changed `spec.backend` must not
+/// change it) and the Service's selector.
+pub fn identity_labels(model: &str) -> BTreeMap<String, String> {
+    let value = crate::names::label_value(model);
     BTreeMap::from([
         (APP_NAME.to_owned(), APP_NAME_MODEL.to_owned()),
-        (APP_INSTANCE.to_owned(), model.to_owned()),
+        (APP_INSTANCE.to_owned(), value.clone()),
         (APP_MANAGED_BY.to_owned(), MANAGED_BY_FLEXINFER.to_owned()),
-        (MODEL.to_owned(), model.to_owned()),
-        (BACKEND.to_owned(), backend.to_owned()),
+        (MODEL.to_owned(), value),
     ])
+}
+
+/// A label selector (`key=value`) matching the pods of `model`.
+pub fn model_selector(model: &str) -> String {
+    format!("{MODEL}={}", crate::names::label_value(model))
 }
 
 /// Splits a comma-separated annotation value (service labels, aliases,
@@ -259,6 +283,31 @@ mod tests {
             queue_since_annotation("llama3"),
             "flexinfer.ai/queue-since.llama3"
         );
+    }
+
+    #[test]
+    fn queue_annotation_keys_fit_the_api_server_limit() {
+        // The name part of an annotation key holds at most 63 characters.
+        let model = "m".repeat(60);
+        for key in [queue_annotation(&model), queue_since_annotation(&model)] {
+            let name = key.strip_prefix(PREFIX).unwrap();
+            assert!(name.len() <= 63, "{key}");
+        }
+        assert_ne!(
+            queue_annotation(&"m".repeat(60)),
+            queue_annotation(&"m".repeat(61))
+        );
+    }
+
+    #[test]
+    fn identity_labels_leave_the_backend_out() {
+        let identity = identity_labels("qwen");
+        assert!(!identity.contains_key(BACKEND));
+        let all = selector_labels("qwen", "vllm");
+        assert!(identity.iter().all(|(k, v)| all.get(k) == Some(v)));
+        assert_eq!(all[BACKEND], "vllm");
+        let long = "q".repeat(80);
+        assert!(identity_labels(&long)[MODEL].len() <= 63);
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod defaults;
 pub mod gpu;
 pub mod labels;
 pub mod manifests;
+pub mod names;
 pub mod quantity;
 pub mod routing;
 pub mod v1alpha1;

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use clap::Args;
+use k8s_openapi::api::core::v1::Toleration;
 
 use crate::controllers::{federation, ControllerSettings, LeaderElection};
 use crate::desired::{self, BuildSettings};
@@ -30,6 +31,21 @@ pub struct ControllerArgs {
     /// Size limit of the /dev/shm volume of model pods.
     #[arg(long, env = "DEFAULT_SHM_SIZE_LIMIT", default_value = desired::DEFAULT_SHM_SIZE_LIMIT)]
     pub shm_size_limit: String,
+    /// StorageClass of cache PVCs whose Model sets no
+    /// `spec.cache.storageClass`; unset: the cluster's default StorageClass.
+    #[arg(long, env = "FLEXINFER_CACHE_STORAGE_CLASS")]
+    pub cache_storage_class: Option<String>,
+    /// runtimeClassName of NVIDIA GPU pods whose Model sets no
+    /// `spec.runtimeClassName` (e.g. `nvidia` where the GPU Operator or the
+    /// container runtime defines that RuntimeClass); unset: none, the
+    /// node's default runtime.
+    #[arg(long, env = "FLEXINFER_NVIDIA_RUNTIME_CLASS")]
+    pub nvidia_runtime_class: Option<String>,
+    /// Tolerations of GPU model pods and their cache Jobs, as a JSON list of
+    /// Kubernetes tolerations; default: `dedicated=gpu`, `nvidia.com/gpu`
+    /// and `amd.com/gpu`, effect NoSchedule.
+    #[arg(long, env = "FLEXINFER_GPU_TOLERATIONS", value_parser = parse_tolerations)]
+    pub gpu_tolerations: Option<GpuTolerations>,
     /// Start even when the FlexInfer CRDs are not installed.
     #[arg(long, default_value_t = false)]
     pub skip_crd_check: bool,
@@ -54,6 +70,9 @@ impl Default for ControllerArgs {
             flash_loader_image: desired::DEFAULT_FLASH_LOADER_IMAGE.to_owned(),
             quantizer_image: desired::DEFAULT_QUANTIZER_IMAGE.to_owned(),
             shm_size_limit: desired::DEFAULT_SHM_SIZE_LIMIT.to_owned(),
+            cache_storage_class: None,
+            nvidia_runtime_class: None,
+            gpu_tolerations: None,
             skip_crd_check: false,
             no_kv_cache_scrape: false,
             federation: false,
@@ -80,6 +99,12 @@ impl ControllerArgs {
                 quantizer_image: self.quantizer_image.clone(),
                 shm_size_limit: self.shm_size_limit.clone(),
                 image_overrides,
+                cache_storage_class: self.cache_storage_class.clone().filter(|c| !c.is_empty()),
+                nvidia_runtime_class: self.nvidia_runtime_class.clone().filter(|c| !c.is_empty()),
+                gpu_tolerations: self
+                    .gpu_tolerations
+                    .clone()
+                    .map_or_else(desired::default_gpu_tolerations, |t| t.0),
             },
             namespace,
             leader_election,
@@ -113,6 +138,12 @@ impl ControllerArgs {
                 self.shm_size_limit != defaults.shm_size_limit,
                 "--shm-size-limit",
             ),
+            (self.cache_storage_class.is_some(), "--cache-storage-class"),
+            (
+                self.nvidia_runtime_class.is_some(),
+                "--nvidia-runtime-class",
+            ),
+            (self.gpu_tolerations.is_some(), "--gpu-tolerations"),
             (self.skip_crd_check, "--skip-crd-check"),
             (self.no_kv_cache_scrape, "--no-kv-cache-scrape"),
             (self.federation, "--federation"),
@@ -125,6 +156,19 @@ impl ControllerArgs {
         .filter_map(|(changed, flag)| changed.then_some(flag))
         .collect()
     }
+}
+
+/// Tolerations given on the command line (`--gpu-tolerations`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuTolerations(pub Vec<Toleration>);
+
+impl Eq for GpuTolerations {}
+
+/// Parses `--gpu-tolerations`: a JSON list of tolerations (`[]` for none).
+fn parse_tolerations(value: &str) -> Result<GpuTolerations, String> {
+    serde_json::from_str(value)
+        .map(GpuTolerations)
+        .map_err(|e| format!("expected a JSON list of tolerations ({e}), e.g. [{{\"key\":\"dedicated\",\"operator\":\"Equal\",\"value\":\"gpu\",\"effect\":\"NoSchedule\"}}]"))
 }
 
 /// Image overrides of the backend catalog set in the environment: each

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{EnvVar, PodSecurityContext, ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -53,6 +53,10 @@ pub mod reason {
     pub const WAITING_FOR_ACTIVATION: &str = "WaitingForActivation";
     /// The backend container is starting.
     pub const STARTING_BACKEND: &str = "StartingBackend";
+    /// The API server refused to create the model's pods (the
+    /// Deployment's `ReplicaFailure` condition: a missing RuntimeClass,
+    /// Pod Security admission, a quota).
+    pub const FAILED_CREATE: &str = "FailedCreate";
     /// The backend serves requests.
     pub const BACKEND_READY: &str = "BackendReady";
     /// A higher-priority member of the shared group took the GPU.
@@ -158,10 +162,23 @@ pub struct ModelSpec {
     /// Node selector; when unset, GPU nodes are detected.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
-    /// Tolerations added to the pod, besides the GPU-node toleration
-    /// (`dedicated=gpu:NoSchedule`) that GPU models always get.
+    /// Tolerations added to the pod, besides the GPU-node tolerations that
+    /// GPU models get from the operator (`--gpu-tolerations`; by default
+    /// `dedicated=gpu`, `nvidia.com/gpu` and `amd.com/gpu` with effect
+    /// NoSchedule).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// RuntimeClass of the model's pods; unset: the operator's
+    /// `--nvidia-runtime-class` for NVIDIA GPU pods, else none (the node's
+    /// default runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
+    /// Pod security settings of the model's pods, over the operator's
+    /// defaults (seccomp `RuntimeDefault`; ROCm groups for AMD GPUs). Set
+    /// `runAsNonRoot` (and a user the image allows) for namespaces that
+    /// enforce the `restricted` Pod Security level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
     /// Client-facing names: served name, aliases, parking.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub litellm: Option<LiteLlmSpec>,
@@ -363,12 +380,20 @@ pub struct CacheSpec {
     /// PVC of the SharedPVC strategy; created as `<model>-cache` when unset.
     #[serde(default, rename = "pvcName", skip_serializing_if = "Option::is_none")]
     pub pvc_name: Option<String>,
-    /// Storage class of created PVCs.
-    #[serde(default = "default_storage_class")]
-    pub storage_class: String,
+    /// Storage class of created PVCs; unset: the operator's
+    /// `--cache-storage-class`, else the cluster's default StorageClass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
     /// Size of created PVCs.
     #[serde(default = "default_cache_size")]
     pub size: String,
+    /// Access mode of created PVCs: `ReadWriteOnce` (the default; the
+    /// model's pods are then replaced, never overlapped, and all replicas
+    /// must share a node) or `ReadWriteMany` (a class that supports it;
+    /// replicas on several nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]))]
+    pub access_mode: Option<String>,
     /// Base directory of the Local strategy; each model gets
     /// `<hostPath>/<namespace>/<model>`.
     #[serde(default = "default_cache_host_path")]
@@ -386,7 +411,8 @@ impl Default for CacheSpec {
         CacheSpec {
             strategy: None,
             pvc_name: None,
-            storage_class: default_storage_class(),
+            storage_class: None,
+            access_mode: None,
             size: default_cache_size(),
             host_path: default_cache_host_path(),
             compilation_cache: None,
@@ -842,10 +868,6 @@ fn default_priority() -> i32 {
 
 fn default_cold_start_timeout() -> kube::core::Duration {
     defaults::COLD_START_TIMEOUT.into()
-}
-
-fn default_storage_class() -> String {
-    defaults::CACHE_STORAGE_CLASS.to_owned()
 }
 
 fn default_cache_size() -> String {

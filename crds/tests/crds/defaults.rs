@@ -125,7 +125,8 @@ fn gpu_defaults() {
 #[test]
 fn cache_defaults() {
     let cache = CacheSpec::default();
-    assert_eq!(cache.storage_class, "longhorn");
+    // No class: the cluster's default StorageClass binds the PVC.
+    assert_eq!(cache.storage_class, None);
     assert_eq!(cache.size, "50Gi");
     assert_eq!(cache.host_path, "/var/lib/flexinfer/models");
     assert_eq!(cache.flash_loader_enabled(), None);

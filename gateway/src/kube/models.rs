@@ -16,6 +16,7 @@
 //! 6. LoRA adapter names (`spec.adapterName` → `spec.modelRef` in the
 //!    adapter's namespace; the backend sees the adapter name).
 
+use flexinfer_crds::names::service_name;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,7 +160,7 @@ pub fn build(snap: &Snapshot, scope: &Scope, resolve: Resolve<'_>) -> Vec<Cluste
     }
     let services = ServiceAnnotations::collect(&snap.services);
     for c in &mut candidates {
-        let service = services.get(&c.namespace, &c.name);
+        let service = services.get(&c.namespace, &service_name(&c.name));
         c.labels = service_labels(service, &c.annotations, &c.spec_labels);
     }
     candidates.sort_by(|a, b| {
@@ -178,8 +179,9 @@ pub fn build(snap: &Snapshot, scope: &Scope, resolve: Resolve<'_>) -> Vec<Cluste
             continue;
         }
         index.insert((c.namespace.clone(), c.name.clone()), out.len());
-        let mut upstreams = ready.upstreams(&c.namespace, &c.name);
-        if c.ready && upstreams.is_empty() && ready.port(&c.namespace, &c.name).is_none() {
+        let service = service_name(&c.name);
+        let mut upstreams = ready.upstreams(&c.namespace, &service);
+        if c.ready && upstreams.is_empty() && ready.port(&c.namespace, &service).is_none() {
             let (host, port) = &c.fallback;
             let name = format!("{host}:{port}");
             upstreams = resolve(host, *port)
@@ -487,7 +489,7 @@ fn from_deployment(d: &ModelDeployment, scope: &Scope) -> Option<Candidate> {
 pub const DEFAULT_BACKEND_PORT: u16 = 8000;
 
 /// The Service DNS fallback target: `endpoint` (a URL) when given, else
-/// `<name>.<namespace>.svc` on the backend's port.
+/// `<service>.<namespace>.svc` on the backend's port.
 fn fallback(endpoint: Option<&str>, name: &str, namespace: &str, backend: &str) -> (String, u16) {
     if let Some(hp) = endpoint.and_then(super::dns::host_port) {
         return hp;
@@ -497,7 +499,7 @@ fn fallback(endpoint: Option<&str>, name: &str, namespace: &str, backend: &str) 
         .and_then(|b| u16::try_from(b.port).ok())
         .filter(|p| *p > 0)
         .unwrap_or(DEFAULT_BACKEND_PORT);
-    (format!("{name}.{namespace}.svc"), port)
+    (format!("{}.{namespace}.svc", service_name(name)), port)
 }
 
 /// `servedModelName` and `aliases` of a LiteLLM block, trimmed, non-empty,

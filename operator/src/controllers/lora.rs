@@ -97,7 +97,7 @@ async fn ready_pods(
     port: i32,
 ) -> Result<Vec<(String, String)>, Error> {
     let pods: Api<Pod> = ctx.api(ns);
-    let lp = ListParams::default().labels(&format!("{}={model}", labels::MODEL));
+    let lp = ListParams::default().labels(&labels::model_selector(model));
     Ok(pods
         .list(&lp)
         .await?

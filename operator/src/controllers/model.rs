@@ -21,6 +21,7 @@ use flexinfer_crds::v1alpha2::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
@@ -117,8 +118,9 @@ async fn cleanup(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> 
     let dp = DeleteParams::background();
     let deployments: Api<Deployment> = ctx.api(&ns);
     let services: Api<Service> = ctx.api(&ns);
-    ignore_not_found(deployments.delete(&name, &dp).await.map(|_| ()))?;
-    ignore_not_found(services.delete(&name, &dp).await.map(|_| ()))?;
+    let child = flexinfer_crds::names::service_name(&name);
+    ignore_not_found(deployments.delete(&child, &dp).await.map(|_| ()))?;
+    ignore_not_found(services.delete(&child, &dp).await.map(|_| ()))?;
     if let Ok(backend) = backend::get(&model.spec.backend) {
         let plan = ModelPlan::for_model(&model, backend, &ctx.settings.build);
         if let Some(job) = desired::cache::tmpfs_cleanup_job(&plan) {
@@ -191,17 +193,117 @@ fn job_state(job: &Job) -> (&'static str, bool, bool) {
     }
 }
 
-/// Applies a cache Job, recreating it when its source changed (Job pod
-/// templates are immutable).
-async fn ensure_job(jobs: &Api<Job>, manager: &str, job: &Job) -> Result<Job, Error> {
+/// Applies a cache Job. A Job's pod template cannot change: one whose
+/// work changed (source, revision, patterns, quantization settings:
+/// [`job_work`]) is deleted and created anew; one whose work is the same
+/// but whose template differs otherwise (a new helper image after an
+/// upgrade) is kept as it is, so finished downloads are not repeated.
+/// `None` while a deleted Job is still going away.
+async fn ensure_job(jobs: &Api<Job>, manager: &str, job: &Job) -> Result<Option<Job>, Error> {
     let name = job.name_any();
+    let mut job = job.clone();
+    let work = job_work(&job);
+    job.annotations_mut()
+        .insert(labels::CACHE_WORK.to_owned(), work.clone());
     if let Some(existing) = jobs.get_opt(&name).await? {
-        let src = |j: &Job| j.annotations().get(labels::CACHE_SOURCE).cloned();
-        if src(&existing) != src(job) {
-            jobs.delete(&name, &DeleteParams::background()).await?;
+        if existing.metadata.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let same_template = super::apply::is_subset(
+            &serde_json::to_value(&job.spec.as_ref().map(|s| &s.template))?,
+            &serde_json::to_value(existing.spec.as_ref().map(|s| &s.template))?,
+        );
+        if !same_template {
+            if existing.annotations().get(labels::CACHE_WORK) == Some(&work) {
+                return Ok(Some(existing));
+            }
+            let dp = DeleteParams::background();
+            if jobs.delete(&name, &dp).await?.is_left() {
+                return Ok(None);
+            }
         }
     }
-    Ok(apply_owned(jobs, manager, job).await?.object)
+    Ok(Some(apply_owned(jobs, manager, &job).await?.object))
+}
+
+/// Digest of what a cache Job does: its pod template without images.
+pub fn job_work(job: &Job) -> String {
+    let mut template =
+        serde_json::to_value(job.spec.as_ref().map(|s| &s.template)).unwrap_or_default();
+    if let Some(spec) = template.get_mut("spec") {
+        for list in ["containers", "initContainers"] {
+            for c in spec
+                .get_mut(list)
+                .and_then(|v| v.as_array_mut())
+                .into_iter()
+                .flatten()
+            {
+                if let Some(c) = c.as_object_mut() {
+                    c.remove("image");
+                }
+            }
+        }
+    }
+    super::apply::digest(&template)
+}
+
+/// The cache PVC to apply: `desired`, with the fields a PVC cannot change
+/// (class, access modes, volume) taken from `existing` and a smaller size
+/// kept at the existing one. Returns what differs, for the status.
+pub fn pvc_to_apply(
+    desired: &PersistentVolumeClaim,
+    existing: Option<&PersistentVolumeClaim>,
+) -> (PersistentVolumeClaim, Vec<String>) {
+    let mut out = desired.clone();
+    let mut kept = Vec::new();
+    let (Some(want), Some(have)) = (out.spec.as_mut(), existing.and_then(|e| e.spec.as_ref()))
+    else {
+        return (out, kept);
+    };
+    if want.storage_class_name.is_some() && want.storage_class_name != have.storage_class_name {
+        kept.push(format!(
+            "storageClass {} (asked: {})",
+            have.storage_class_name.as_deref().unwrap_or("none"),
+            want.storage_class_name.as_deref().unwrap_or_default()
+        ));
+    }
+    want.storage_class_name = have.storage_class_name.clone();
+    if want.access_modes != have.access_modes {
+        kept.push(format!(
+            "accessModes {} (asked: {})",
+            have.access_modes.clone().unwrap_or_default().join(","),
+            want.access_modes.clone().unwrap_or_default().join(",")
+        ));
+    }
+    want.access_modes = have.access_modes.clone();
+    want.volume_name = have.volume_name.clone();
+    want.volume_mode = have.volume_mode.clone();
+    let size = |s: &k8s_openapi::api::core::v1::PersistentVolumeClaimSpec| {
+        s.resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .cloned()
+    };
+    if let (Some(w), Some(h)) = (size(want), size(have)) {
+        let smaller = match (
+            flexinfer_crds::quantity::parse(&w.0),
+            flexinfer_crds::quantity::parse(&h.0),
+        ) {
+            (Some(w), Some(h)) => w < h,
+            _ => false,
+        };
+        if smaller {
+            kept.push(format!(
+                "size {} (asked: {}; a PVC cannot shrink)",
+                h.0, w.0
+            ));
+            if let Some(r) = want.resources.as_mut().and_then(|r| r.requests.as_mut()) {
+                r.insert("storage".to_owned(), h);
+            }
+        }
+    }
+    (out, kept)
 }
 
 /// Ensures the cache PVC and Jobs and reports readiness.
@@ -220,28 +322,21 @@ pub async fn ensure_cache(
             ..Default::default()
         },
     };
+    let mut unchangeable = Vec::new();
     if let Some(pvc) = desired::cache::cache_pvc(plan) {
         let pvcs: Api<PersistentVolumeClaim> = ctx.api(ns);
-        let applied = apply_owned(&pvcs, manager, &pvc).await?;
+        let existing = pvcs.get_opt(&pvc.name_any()).await?;
+        let (pvc, kept) = pvc_to_apply(&pvc, existing.as_ref());
+        unchangeable = kept;
+        let applied = apply_owned(&pvcs, manager, &pvc).await?.object;
         out.status.pvc_name = Some(pvc.name_any());
-        let bound = applied
-            .object
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            == Some("Bound");
-        (out.reason, out.message) = if bound {
-            ("PVCBound".into(), "cache PVC is bound".into())
-        } else {
-            (
-                "PVCProvisioning".into(),
-                "cache PVC will bind on first use".into(),
-            )
-        };
+        (out.reason, out.message) = pvc_state(&applied);
     }
     let jobs: Api<Job> = ctx.api(ns);
     if let Some(job) = desired::cache::prefetch_job(plan) {
-        let job = ensure_job(&jobs, manager, &job).await?;
+        let Some(job) = ensure_job(&jobs, manager, &job).await? else {
+            return Ok(replacing(out, &job));
+        };
         let (phase, done, failed) = job_state(&job);
         out.status.job_name = Some(job.name_any());
         out.status.job_phase = Some(phase.to_owned());
@@ -255,7 +350,9 @@ pub async fn ensure_cache(
     }
     if out.ready {
         if let Some(job) = desired::cache::quantize_job(plan) {
-            let job = ensure_job(&jobs, manager, &job).await?;
+            let Some(job) = ensure_job(&jobs, manager, &job).await? else {
+                return Ok(replacing(out, &job));
+            };
             let (phase, done, failed) = job_state(&job);
             out.status.job_name = Some(job.name_any());
             out.status.job_phase = Some(phase.to_owned());
@@ -282,9 +379,62 @@ pub async fn ensure_cache(
             };
         }
     }
+    if !unchangeable.is_empty() {
+        out.message = format!(
+            "{}; the cache PVC keeps {}: these cannot change on an existing claim (delete the PVC to recreate it)",
+            out.message,
+            unchangeable.join(", ")
+        );
+    }
     out.status.ready = out.ready;
     out.status.message = Some(out.message.clone());
     Ok(out)
+}
+
+/// A cache Job being replaced: not ready until its successor is done.
+fn replacing(mut out: CacheOutcome, job: &Job) -> CacheOutcome {
+    out.ready = false;
+    out.reason = "PrefetchPending".into();
+    out.message = format!("cache job {} changed and is being replaced", job.name_any());
+    out.status.job_name = Some(job.name_any());
+    out.status.job_phase = Some("Pending".into());
+    out.status.ready = false;
+    out.status.message = Some(out.message.clone());
+    out
+}
+
+/// `Cached` reason and message of the cache PVC as stored. A claim left
+/// without a StorageClass (none asked for and no default class in the
+/// cluster) binds only to a matching pre-provisioned volume: it says so.
+fn pvc_state(pvc: &PersistentVolumeClaim) -> (String, String) {
+    let name = pvc.name_any();
+    let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase == Some("Bound") {
+        return ("PVCBound".into(), "cache PVC is bound".into());
+    }
+    let class = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .filter(|c| !c.is_empty());
+    if class.is_none() {
+        return (
+            "PVCNoStorageClass".into(),
+            format!(
+                "cache PVC {name} has no StorageClass: the cluster has no default StorageClass and \
+                 neither spec.cache.storageClass nor the operator's --cache-storage-class names one, \
+                 so it binds only to a matching PersistentVolume"
+            ),
+        );
+    }
+    (
+        "PVCProvisioning".into(),
+        format!(
+            "cache PVC {name} (StorageClass {}) is {}; it binds when provisioned or on first use",
+            class.unwrap_or_default(),
+            phase.unwrap_or("Pending")
+        ),
+    )
 }
 
 /// What the workload looks like after applying it.
@@ -296,6 +446,9 @@ pub struct Workload {
     pub cache: CacheOutcome,
     /// Replicas asked for (0 while the cache is not ready).
     pub replicas: i32,
+    /// Whether the Deployment is being deleted to be created anew (its
+    /// selector had to change).
+    pub replacing: bool,
 }
 
 /// Applies Service, cache objects and Deployment of a plan (shared by
@@ -313,63 +466,144 @@ pub async fn ensure_workload(
         plan.replicas = 0;
     }
     let deployments: Api<Deployment> = ctx.api(&ns);
-    let deployment = apply_owned(
-        &deployments,
-        manager,
-        &desired::deployment::deployment(plan),
-    )
-    .await?
-    .object;
+    let mut desired = desired::deployment::deployment(plan);
+    let existing = deployments.get_opt(&desired.name_any()).await?;
+    if let Some(existing) = existing {
+        if existing.metadata.deletion_timestamp.is_some() {
+            return Ok(Workload {
+                deployment: existing,
+                cache,
+                replicas: plan.replicas,
+                replacing: true,
+            });
+        }
+        match keep_selector(&desired, &existing) {
+            Some(selector) => {
+                if let Some(spec) = desired.spec.as_mut() {
+                    spec.selector = selector;
+                }
+            }
+            None => {
+                // The selector cannot change: the old pods (another
+                // backend) go first, then the Deployment is created anew.
+                let name = existing.name_any();
+                deployments
+                    .delete(&name, &DeleteParams::foreground())
+                    .await?;
+                return Ok(Workload {
+                    deployment: existing,
+                    cache,
+                    replicas: plan.replicas,
+                    replacing: true,
+                });
+            }
+        }
+    }
+    let deployment = apply_owned(&deployments, manager, &desired).await?.object;
     Ok(Workload {
         deployment,
         cache,
         replicas: plan.replicas,
+        replacing: false,
     })
 }
 
+/// The selector to keep on an existing Deployment: its own when it still
+/// selects the desired pod template (older Deployments also select the
+/// backend label, and need not be replaced for that), `None` when it does
+/// not and the Deployment must be replaced (a selector cannot change).
+pub fn keep_selector(desired: &Deployment, existing: &Deployment) -> Option<LabelSelector> {
+    let want = desired.spec.as_ref()?;
+    let have = existing.spec.as_ref()?;
+    if have.selector == want.selector {
+        return Some(have.selector.clone());
+    }
+    let template = want
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let selects =
+        have.selector.match_expressions.is_none()
+            && have.selector.match_labels.as_ref().is_some_and(|l| {
+                !l.is_empty() && l.iter().all(|(k, v)| template.get(k) == Some(v))
+            });
+    selects.then(|| have.selector.clone())
+}
+
 /// Phase, `Ready` reason and message from the observed workload (pure).
-pub fn phase_of(workload: &Workload, preempted: bool) -> (ModelPhase, &'static str, &'static str) {
+/// Pods the API server refuses to create (a missing RuntimeClass, Pod
+/// Security admission, a quota: the Deployment's `ReplicaFailure`
+/// condition) fail the model with the server's own message.
+pub fn phase_of(workload: &Workload, preempted: bool) -> (ModelPhase, &'static str, String) {
     let st = workload.deployment.status.clone().unwrap_or_default();
-    if preempted {
-        return (
+    let (phase, reason, message) = if preempted {
+        (
             ModelPhase::Preempted,
             reason::PREEMPTED,
             "Model was preempted by higher priority model",
-        );
-    }
-    if !workload.cache.ready {
-        return (
+        )
+    } else if !workload.cache.ready {
+        (
             ModelPhase::Pending,
             reason::CACHE_NOT_READY,
             "Waiting for cache to be ready",
-        );
-    }
-    if st.ready_replicas.unwrap_or(0) > 0 {
-        return (
+        )
+    } else if workload.replacing {
+        (
+            ModelPhase::Pending,
+            reason::STARTING_BACKEND,
+            "Replacing the Deployment (its pod selector changed with spec.backend)",
+        )
+    } else if let Some(failure) = replica_failure(&workload.deployment) {
+        return (ModelPhase::Failed, reason::FAILED_CREATE, failure);
+    } else if st.ready_replicas.unwrap_or(0) > 0 {
+        (
             ModelPhase::Ready,
             reason::BACKEND_READY,
             "Backend is ready to serve requests",
-        );
-    }
-    if workload.replicas == 0 {
-        return (
+        )
+    } else if workload.replicas == 0 {
+        (
             ModelPhase::Idle,
             reason::WAITING_FOR_ACTIVATION,
             "Model is idle, waiting for traffic",
-        );
-    }
-    if st.unavailable_replicas.unwrap_or(0) > 0 || st.replicas.unwrap_or(0) > 0 {
-        return (
+        )
+    } else if st.unavailable_replicas.unwrap_or(0) > 0 || st.replicas.unwrap_or(0) > 0 {
+        (
             ModelPhase::Loading,
             reason::STARTING_BACKEND,
             "Backend container is starting",
-        );
+        )
+    } else {
+        (
+            ModelPhase::Pending,
+            reason::STARTING_BACKEND,
+            "Waiting for deployment to be ready",
+        )
+    };
+    (phase, reason, message.to_owned())
+}
+
+/// The message of a Deployment's `ReplicaFailure` condition (the
+/// ReplicaSet could not create pods), when it holds and no pod is ready.
+pub fn replica_failure(deployment: &Deployment) -> Option<String> {
+    let st = deployment.status.as_ref()?;
+    if st.ready_replicas.unwrap_or(0) > 0 {
+        return None;
     }
-    (
-        ModelPhase::Pending,
-        reason::STARTING_BACKEND,
-        "Waiting for deployment to be ready",
-    )
+    st.conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+        .map(|c| {
+            format!(
+                "pods cannot be created ({}): {}",
+                c.reason.as_deref().unwrap_or("FailedCreate"),
+                c.message.as_deref().unwrap_or_default()
+            )
+        })
 }
 
 /// Writes `status` with server-side apply unless it equals the stored
@@ -526,7 +760,7 @@ async fn apply(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
         .as_ref()
         .is_some_and(|r| r.status.state == Some(MemberState::Preempted));
     let (phase, ready_reason, ready_message) = phase_of(&workload, preempted);
-    record_workload(&mut draft, &workload, phase, (ready_reason, ready_message));
+    record_workload(&mut draft, &workload, phase, (ready_reason, &ready_message));
     draft.status.endpoint = Some(endpoint(&name, &ns, backend.port));
     draft.status.shared_group = role.as_ref().map(|r| r.status.clone());
     record_placement(&mut draft, &placement);
@@ -537,7 +771,15 @@ async fn apply(model: Arc<Model>, ctx: Arc<Context>) -> Result<Action, Error> {
     let old_phase = model.phase();
     write_status(&api, &model, &status).await?;
     if old_phase != Some(phase) {
-        announce_phase(&ctx, &model, old_phase, phase, role.as_ref(), ready_message).await;
+        announce_phase(
+            &ctx,
+            &model,
+            old_phase,
+            phase,
+            role.as_ref(),
+            &ready_message,
+        )
+        .await;
     }
 
     prune_failed_pods(&ctx, &ns, &name, now).await?;
@@ -688,7 +930,7 @@ async fn prune_failed_pods(
 ) -> Result<(), Error> {
     let pods: Api<Pod> = ctx.api(ns);
     let lp = ListParams::default()
-        .labels(&format!("{}={name}", labels::MODEL))
+        .labels(&labels::model_selector(name))
         .fields("status.phase=Failed");
     for pod in pods.list(&lp).await?.items {
         let created = pod
@@ -735,7 +977,7 @@ async fn kv_cache_check(
         return;
     }
     let pods: Api<Pod> = ctx.api(ns);
-    let lp = ListParams::default().labels(&format!("{}={}", labels::MODEL, model.name_any()));
+    let lp = ListParams::default().labels(&labels::model_selector(&model.name_any()));
     let Ok(list) = pods.list(&lp).await else {
         return;
     };
@@ -783,6 +1025,115 @@ async fn kv_cache_check(
             false,
             "Normal",
             format!("KV-cache utilization {u:.2} is below {low:.2}"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(v: serde_json::Value) -> Deployment {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn an_older_selector_is_kept_while_it_selects_the_pods() {
+        let desired = deployment(json!({"metadata": {"name": "m"}, "spec": {
+            "selector": {"matchLabels": {"flexinfer.ai/model": "m"}},
+            "template": {"metadata": {"labels": {"flexinfer.ai/model": "m", "flexinfer.ai/backend": "vllm"}}}}}));
+        let old = |backend: &str| {
+            deployment(json!({"metadata": {"name": "m"}, "spec": {
+                "selector": {"matchLabels": {"flexinfer.ai/model": "m", "flexinfer.ai/backend": backend}},
+                "template": {}}}))
+        };
+        // Same backend: the old selector still selects the template.
+        let kept = keep_selector(&desired, &old("vllm")).unwrap();
+        assert_eq!(kept.match_labels.unwrap()["flexinfer.ai/backend"], "vllm");
+        // Another backend: the Deployment must be replaced.
+        assert!(keep_selector(&desired, &old("llamacpp")).is_none());
+    }
+
+    #[test]
+    fn immutable_pvc_fields_are_kept_and_reported() {
+        let pvc = |class: Option<&str>, mode: &str, size: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "m-cache"}, "spec": {
+                "storageClassName": class, "accessModes": [mode],
+                "resources": {"requests": {"storage": size}}}}))
+            .unwrap()
+        };
+        // No class asked for: the one the cluster defaulted is kept quietly.
+        let (out, kept) = pvc_to_apply(
+            &pvc(None, "ReadWriteOnce", "50Gi"),
+            Some(&pvc(Some("standard"), "ReadWriteOnce", "50Gi")),
+        );
+        assert!(kept.is_empty(), "{kept:?}");
+        assert_eq!(
+            out.spec.unwrap().storage_class_name.as_deref(),
+            Some("standard")
+        );
+        // A different class, mode and a smaller size cannot be applied.
+        let (out, kept) = pvc_to_apply(
+            &pvc(Some("fast"), "ReadWriteMany", "10Gi"),
+            Some(&pvc(Some("standard"), "ReadWriteOnce", "50Gi")),
+        );
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        let spec = out.spec.unwrap();
+        assert_eq!(spec.storage_class_name.as_deref(), Some("standard"));
+        assert_eq!(spec.access_modes.unwrap(), ["ReadWriteOnce"]);
+        assert_eq!(
+            spec.resources.unwrap().requests.unwrap()["storage"].0,
+            "50Gi"
+        );
+        // A larger size is applied (expansion).
+        let (out, kept) = pvc_to_apply(
+            &pvc(None, "ReadWriteOnce", "100Gi"),
+            Some(&pvc(Some("standard"), "ReadWriteOnce", "50Gi")),
+        );
+        assert!(kept.is_empty());
+        assert_eq!(
+            out.spec.unwrap().resources.unwrap().requests.unwrap()["storage"].0,
+            "100Gi"
+        );
+    }
+
+    #[test]
+    fn a_job_s_work_ignores_its_images() {
+        let job = |image: &str, repo: &str| -> Job {
+            serde_json::from_value(json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {
+                "containers": [{"name": "c", "image": image, "env": [{"name": "HF_REPO", "value": repo}]}]}}}}))
+            .unwrap()
+        };
+        assert_eq!(
+            job_work(&job("a:1", "org/m")),
+            job_work(&job("a:2", "org/m"))
+        );
+        assert_ne!(
+            job_work(&job("a:1", "org/m")),
+            job_work(&job("a:1", "org/n"))
+        );
+    }
+
+    #[test]
+    fn refused_pods_fail_the_model_with_the_server_s_message() {
+        let d = deployment(json!({"metadata": {"name": "m"}, "status": {"conditions": [
+            {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+             "message": "pods \"m-1\" is forbidden: RuntimeClass \"nvidia\" not found"}]}}));
+        let workload = Workload {
+            deployment: d,
+            cache: CacheOutcome {
+                ready: true,
+                ..Default::default()
+            },
+            replicas: 1,
+            replacing: false,
+        };
+        let (phase, why, message) = phase_of(&workload, false);
+        assert_eq!((phase, why), (ModelPhase::Failed, reason::FAILED_CREATE));
+        assert!(
+            message.contains("RuntimeClass \"nvidia\" not found"),
+            "{message}"
         );
     }
 }

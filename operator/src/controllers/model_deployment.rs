@@ -209,7 +209,12 @@ async fn reconcile_inner(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<
         P::Failed => ModelDeploymentPhase::Failed,
         _ => ModelDeploymentPhase::Pending,
     };
-    conds.set(md_condition::READY, phase == P::Ready, reason, message);
+    conds.set(
+        md_condition::READY,
+        phase == P::Ready,
+        reason,
+        message.clone(),
+    );
     status.phase = Some(md_phase);
     status.endpoints = Some(Endpoints {
         internal: Some(endpoint(&name, &ns, backend.port)),

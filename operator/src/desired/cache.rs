@@ -3,19 +3,20 @@
 
 use std::collections::BTreeMap;
 
-use flexinfer_crds::labels;
 use flexinfer_crds::v1alpha2::{CacheStrategy, ModelSource};
+use flexinfer_crds::{labels, names};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, HostPathVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
-    PodSpec, PodTemplateSpec, ResourceRequirements, Volume, VolumeMount,
+    Affinity, Container, HostPathVolumeSource, NodeAffinity, NodeSelectorRequirement,
+    NodeSelectorTerm, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, PodSpec,
+    PodTemplateSpec, PreferredSchedulingTerm, ResourceRequirements, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::deployment::env_var;
 use super::download::{download_job, DownloadSource, HfDownload};
-use super::{gpu_toleration, oci, ModelPlan, CLEANUP_IMAGE, MODELS_MOUNT};
+use super::{oci, ModelPlan, CLEANUP_IMAGE, MODELS_MOUNT};
 
 /// Container name of quantization Jobs (its termination message carries
 /// the result).
@@ -23,17 +24,17 @@ pub const QUANTIZER: &str = "quantizer";
 
 /// Name of the prefetch Job.
 pub fn prefetch_job_name(model: &str) -> String {
-    format!("{model}-cache-prefetch")
+    names::child_name(model, names::PREFETCH_JOB_SUFFIX)
 }
 
 /// Name of the quantization Job.
 pub fn quantize_job_name(model: &str) -> String {
-    format!("{model}-quantize")
+    names::child_name(model, names::QUANTIZE_JOB_SUFFIX)
 }
 
 /// Name of the tmpfs cleanup Job.
 pub fn cleanup_job_name(model: &str) -> String {
-    format!("{model}-tmpfs-cleanup")
+    names::child_name(model, names::CLEANUP_JOB_SUFFIX)
 }
 
 /// The cache PVC, when the model keeps its weights on one the operator
@@ -53,10 +54,14 @@ pub fn cache_pvc(plan: &ModelPlan<'_>) -> Option<PersistentVolumeClaim> {
         return None;
     }
     let cache = plan.spec.cache.clone().unwrap_or_default();
+    let class = cache
+        .storage_class
+        .or_else(|| plan.settings.cache_storage_class.clone())
+        .filter(|c| !c.is_empty());
     Some(super::download::cache_pvc(
         plan.meta(plan.cache_pvc_name()),
-        "ReadWriteOnce",
-        Some(cache.storage_class),
+        &plan.cache_access_mode(),
+        class,
         cache.size,
     ))
 }
@@ -109,7 +114,7 @@ pub fn prefetch_job(plan: &ModelPlan<'_>) -> Option<Job> {
         },
         _ => return None,
     };
-    Some(download_job(
+    let mut job = download_job(
         job_meta(
             plan,
             prefetch_job_name(&plan.name),
@@ -119,7 +124,45 @@ pub fn prefetch_job(plan: &ModelPlan<'_>) -> Option<Job> {
         &plan.cache_dest(),
         cache_volume(plan),
         cache_mount(),
-    ))
+    );
+    if let Some(pod) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        place_with_model(pod, plan);
+        super::security::harden(pod, None);
+    }
+    Some(job)
+}
+
+/// Places a cache Job's pod where the model's pods go: the same node
+/// selector and tolerations and, for GPU models, a preference for nodes of
+/// the model's GPU vendor. A volume that binds on first use
+/// (`WaitForFirstConsumer`) then binds where the model can run, not on a
+/// node or zone its pods can never reach.
+fn place_with_model(pod: &mut PodSpec, plan: &ModelPlan<'_>) {
+    let selector = plan.node_selector();
+    pod.node_selector = (!selector.is_empty()).then_some(selector);
+    let tolerations = plan.tolerations();
+    pod.tolerations = (!tolerations.is_empty()).then_some(tolerations);
+    if plan.gpu_count() > 0 {
+        pod.affinity = Some(Affinity {
+            node_affinity: Some(NodeAffinity {
+                preferred_during_scheduling_ignored_during_execution: Some(vec![
+                    PreferredSchedulingTerm {
+                        weight: 100,
+                        preference: NodeSelectorTerm {
+                            match_expressions: Some(vec![NodeSelectorRequirement {
+                                key: labels::NODE_GPU_VENDOR.to_owned(),
+                                operator: "In".to_owned(),
+                                values: Some(vec![plan.vendor.as_str().to_owned()]),
+                            }]),
+                            match_fields: None,
+                        },
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
 }
 
 /// What a Hugging Face prefetch downloads: `config.hfAllowPatterns` plus
@@ -184,7 +227,7 @@ pub fn quantize_job(plan: &ModelPlan<'_>) -> Option<Job> {
         {
             limits.insert(resource.to_owned(), Quantity("1".to_owned()));
         }
-        tolerations = Some(vec![gpu_toleration()]);
+        tolerations = Some(plan.settings.gpu_tolerations.clone()).filter(|t| !t.is_empty());
     }
     let max_gb = q.max_memory_gb.unwrap_or(
         if q.format == flexinfer_crds::v1alpha2::QuantizationFormat::Gguf {
@@ -249,7 +292,8 @@ pub fn tmpfs_cleanup_job(plan: &ModelPlan<'_>) -> Option<Job> {
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_owned()),
                     node_selector: Some(plan.spec.node_selector.clone()),
-                    tolerations: Some(vec![gpu_toleration()]),
+                    tolerations: Some(plan.settings.gpu_tolerations.clone())
+                        .filter(|t| !t.is_empty()),
                     containers: vec![Container {
                         name: "cleanup".to_owned(),
                         image: Some(CLEANUP_IMAGE.to_owned()),

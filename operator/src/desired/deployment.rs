@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::service::PORT_NAME;
-use super::{gpu_toleration, routing_annotations, ModelPlan, MODELS_MOUNT};
+use super::{routing_annotations, ModelPlan, MODELS_MOUNT};
 
 /// Name of the backend container.
 pub const CONTAINER: &str = "model";
@@ -36,14 +36,13 @@ pub const AMD_SUPPLEMENTAL_GROUPS: [i64; 2] = [109, 992];
 
 /// The desired Deployment of a model.
 pub fn deployment(plan: &ModelPlan<'_>) -> Deployment {
-    let mut meta = plan.meta(plan.name.clone());
+    let mut meta = plan.meta(plan.child_name());
     let mut annotations = routing_annotations(plan);
     annotations.insert(
         labels::LITELLM_CAPABILITIES.to_owned(),
         capabilities_json(plan),
     );
     meta.annotations = Some(annotations);
-    let gpu = plan.gpu_count() > 0;
     Deployment {
         metadata: meta,
         spec: Some(DeploymentSpec {
@@ -52,18 +51,33 @@ pub fn deployment(plan: &ModelPlan<'_>) -> Deployment {
                 match_labels: Some(plan.selector_labels()),
                 ..Default::default()
             },
-            strategy: gpu.then(|| DeploymentStrategy {
-                type_: Some("RollingUpdate".to_owned()),
-                rolling_update: Some(RollingUpdateDeployment {
-                    max_surge: Some(IntOrString::Int(0)),
-                    max_unavailable: Some(IntOrString::Int(1)),
-                }),
-            }),
+            strategy: strategy(plan),
             template: pod_template(plan),
             ..Default::default()
         }),
         status: None,
     }
+}
+
+/// How the Deployment rolls: a pod holding a volume only one node can
+/// attach is stopped before its successor starts (`Recreate`), or the new
+/// pod would wait forever for the volume (Multi-Attach); GPU pods roll one
+/// at a time without a surge pod, which would need a GPU of its own; other
+/// pods roll as Kubernetes defaults.
+fn strategy(plan: &ModelPlan<'_>) -> Option<DeploymentStrategy> {
+    if plan.mounts_single_node_volume() {
+        return Some(DeploymentStrategy {
+            type_: Some("Recreate".to_owned()),
+            rolling_update: None,
+        });
+    }
+    (plan.gpu_count() > 0).then(|| DeploymentStrategy {
+        type_: Some("RollingUpdate".to_owned()),
+        rolling_update: Some(RollingUpdateDeployment {
+            max_surge: Some(IntOrString::Int(0)),
+            max_unavailable: Some(IntOrString::Int(1)),
+        }),
+    })
 }
 
 fn capabilities_json(plan: &ModelPlan<'_>) -> String {
@@ -94,25 +108,14 @@ fn pod_template(plan: &ModelPlan<'_>) -> PodTemplateSpec {
         pod_annotations.insert(labels::VRAM_ESTIMATE_MB.to_owned(), vram.to_string());
     }
     let gpu = plan.gpu_count() > 0;
-    let mut tolerations = spec.tolerations.clone();
-    if gpu {
-        tolerations.push(gpu_toleration());
-    }
-    let mut node_selector = spec.node_selector.clone();
-    if let Some(arch) = spec
-        .gpu
-        .as_ref()
-        .and_then(|g| g.arch.clone())
-        .filter(|a| !a.is_empty())
-    {
-        node_selector.insert(labels::NODE_GPU_ARCH.to_owned(), arch);
-    }
+    let tolerations = plan.tolerations();
+    let node_selector = plan.node_selector();
     let (volumes, init) = volumes_and_init(plan);
     let security_context = (plan.vendor == Vendor::Amd && gpu).then(|| PodSecurityContext {
         supplemental_groups: Some(AMD_SUPPLEMENTAL_GROUPS.to_vec()),
         ..Default::default()
     });
-    PodTemplateSpec {
+    let mut template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(plan.labels()),
             annotations: Some(pod_annotations),
@@ -125,7 +128,7 @@ fn pod_template(plan: &ModelPlan<'_>) -> PodTemplateSpec {
             tolerations: (!tolerations.is_empty()).then_some(tolerations),
             node_selector: (!node_selector.is_empty()).then_some(node_selector),
             scheduler_name: plan.settings.scheduler_name.clone(),
-            runtime_class_name: (plan.vendor == Vendor::Nvidia && gpu).then(|| "nvidia".to_owned()),
+            runtime_class_name: plan.runtime_class_name(),
             security_context,
             priority_class_name: plan
                 .annotations
@@ -136,7 +139,11 @@ fn pod_template(plan: &ModelPlan<'_>) -> PodTemplateSpec {
             restart_policy: Some("Always".to_owned()),
             ..Default::default()
         }),
+    };
+    if let Some(pod) = template.spec.as_mut() {
+        super::security::harden(pod, spec.security_context.as_ref());
     }
+    template
 }
 
 fn container(plan: &ModelPlan<'_>) -> Container {

@@ -11,6 +11,7 @@ pub mod deployment;
 pub mod download;
 pub mod model_cache;
 pub mod oci;
+pub mod security;
 pub mod service;
 
 use std::collections::BTreeMap;
@@ -38,7 +39,7 @@ pub const CLEANUP_IMAGE: &str = "busybox:1.37";
 pub const APPLIED_HASH: &str = "flexinfer.ai/applied-hash";
 
 /// Cluster-wide knobs of the builders (flags of the operator binary).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BuildSettings {
     /// `schedulerName` of model pods (the FlexInfer scheduler extender's
     /// scheduler); `None` keeps the default scheduler.
@@ -51,6 +52,14 @@ pub struct BuildSettings {
     pub shm_size_limit: String,
     /// Image overrides of the backend catalog (`DEFAULT_VLLM_IMAGE`, ...).
     pub image_overrides: BTreeMap<String, String>,
+    /// StorageClass of cache PVCs whose Model names none; `None` leaves
+    /// `storageClassName` unset, so the cluster's default class binds.
+    pub cache_storage_class: Option<String>,
+    /// `runtimeClassName` of NVIDIA GPU pods whose Model names none;
+    /// `None` sets none (the node's default runtime).
+    pub nvidia_runtime_class: Option<String>,
+    /// Tolerations of GPU model pods and of their cache Jobs.
+    pub gpu_tolerations: Vec<Toleration>,
 }
 
 impl Default for BuildSettings {
@@ -61,8 +70,29 @@ impl Default for BuildSettings {
             quantizer_image: DEFAULT_QUANTIZER_IMAGE.to_owned(),
             shm_size_limit: DEFAULT_SHM_SIZE_LIMIT.to_owned(),
             image_overrides: BTreeMap::new(),
+            cache_storage_class: None,
+            nvidia_runtime_class: None,
+            gpu_tolerations: default_gpu_tolerations(),
         }
     }
+}
+
+/// The GPU-node tolerations model pods get by default: the FlexInfer
+/// `dedicated=gpu:NoSchedule` taint and the device taints managed clusters
+/// put on GPU nodes (`nvidia.com/gpu`, `amd.com/gpu`, any value,
+/// NoSchedule).
+pub fn default_gpu_tolerations() -> Vec<Toleration> {
+    let exists = |key: &str| Toleration {
+        key: Some(key.to_owned()),
+        operator: Some("Exists".to_owned()),
+        effect: Some("NoSchedule".to_owned()),
+        ..Default::default()
+    };
+    vec![
+        gpu_toleration(),
+        exists("nvidia.com/gpu"),
+        exists("amd.com/gpu"),
+    ]
 }
 
 /// Everything the builders need about one model, resolved by the
@@ -134,16 +164,30 @@ impl<'a> ModelPlan<'a> {
     /// Labels of every owned object: the selector labels plus the shared
     /// group.
     pub fn labels(&self) -> BTreeMap<String, String> {
-        let mut out = self.selector_labels();
+        let mut out = self.pod_labels();
         if let Some(group) = self.spec.shared_group() {
             out.insert(labels::GPU_GROUP.to_owned(), group.to_owned());
         }
         out
     }
 
-    /// Labels selecting the model's pods.
-    pub fn selector_labels(&self) -> BTreeMap<String, String> {
+    /// Labels of the model's pods and owned objects (identity and
+    /// backend).
+    pub fn pod_labels(&self) -> BTreeMap<String, String> {
         labels::selector_labels(&self.name, self.backend.name)
+    }
+
+    /// Labels selecting the model's pods: identity only, so that the
+    /// Deployment's immutable selector survives a change of backend.
+    pub fn selector_labels(&self) -> BTreeMap<String, String> {
+        labels::identity_labels(&self.name)
+    }
+
+    /// Name of the Deployment and Service: the model's name when it is a
+    /// valid Service name, else a derived one
+    /// ([`flexinfer_crds::names::service_name`]).
+    pub fn child_name(&self) -> String {
+        flexinfer_crds::names::service_name(&self.name)
     }
 
     /// Metadata of an owned object called `name`.
@@ -154,6 +198,81 @@ impl<'a> ModelPlan<'a> {
             labels: Some(self.labels()),
             owner_references: self.owner.clone().map(|o| vec![o]),
             ..Default::default()
+        }
+    }
+
+    /// `runtimeClassName` of the pods: the Model's own, else the
+    /// operator's NVIDIA runtime class for NVIDIA GPU pods.
+    pub fn runtime_class_name(&self) -> Option<String> {
+        if let Some(own) = self
+            .spec
+            .runtime_class_name
+            .as_ref()
+            .filter(|c| !c.is_empty())
+        {
+            return Some(own.clone());
+        }
+        (self.vendor == Vendor::Nvidia && self.gpu_count() > 0)
+            .then(|| self.settings.nvidia_runtime_class.clone())
+            .flatten()
+            .filter(|c| !c.is_empty())
+    }
+
+    /// Tolerations of the model's pods and cache Jobs: the Model's own,
+    /// then the operator's GPU tolerations for GPU models.
+    pub fn tolerations(&self) -> Vec<Toleration> {
+        let mut out = self.spec.tolerations.clone();
+        if self.gpu_count() > 0 {
+            for t in &self.settings.gpu_tolerations {
+                if !out.contains(t) {
+                    out.push(t.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Node selector of the model's pods and cache Jobs: the Model's own
+    /// plus the GPU architecture it asks for.
+    pub fn node_selector(&self) -> BTreeMap<String, String> {
+        let mut out = self.spec.node_selector.clone();
+        if let Some(arch) = self
+            .spec
+            .gpu
+            .as_ref()
+            .and_then(|g| g.arch.clone())
+            .filter(|a| !a.is_empty())
+        {
+            out.insert(labels::NODE_GPU_ARCH.to_owned(), arch);
+        }
+        out
+    }
+
+    /// Access mode of the cache PVC: `spec.cache.accessMode`, else
+    /// ReadWriteOnce.
+    pub fn cache_access_mode(&self) -> String {
+        self.spec
+            .cache
+            .as_ref()
+            .and_then(|c| c.access_mode.clone())
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| "ReadWriteOnce".to_owned())
+    }
+
+    /// Whether the pods mount a cache PVC only one node can attach
+    /// (ReadWriteOnce or ReadWriteOncePod): rollouts must then stop the old
+    /// pod before starting the new one.
+    pub fn mounts_single_node_volume(&self) -> bool {
+        if !self.needs_volume() {
+            return false;
+        }
+        match self.source() {
+            // A user's own claim: its access mode is unknown here.
+            ModelSource::Pvc { .. } => false,
+            _ => {
+                self.cache_strategy() == CacheStrategy::SharedPvc
+                    && self.cache_access_mode().starts_with("ReadWriteOnce")
+            }
         }
     }
 
@@ -174,7 +293,7 @@ impl<'a> ModelPlan<'a> {
             .as_ref()
             .and_then(|c| c.pvc_name.clone())
             .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| format!("{}-cache", self.name))
+            .unwrap_or_else(|| flexinfer_crds::names::cache_pvc_name(&self.name))
     }
 
     /// Whether the backend needs the model volume.
@@ -289,7 +408,8 @@ impl<'a> ModelPlan<'a> {
     }
 }
 
-/// The `dedicated=gpu:NoSchedule` toleration of GPU workloads.
+/// The `dedicated=gpu:NoSchedule` toleration of GPU workloads (the taint
+/// the FlexInfer node agent documents for dedicated GPU nodes).
 pub fn gpu_toleration() -> Toleration {
     Toleration {
         key: Some(labels::GPU_TAINT_KEY.to_owned()),

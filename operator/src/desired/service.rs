@@ -11,7 +11,7 @@ pub const PORT_NAME: &str = "http";
 
 /// The desired Service of a model.
 pub fn service(plan: &ModelPlan<'_>) -> Service {
-    let mut meta = plan.meta(plan.name.clone());
+    let mut meta = plan.meta(plan.child_name());
     meta.annotations = Some(routing_annotations(plan));
     Service {
         metadata: meta,
@@ -31,7 +31,9 @@ pub fn service(plan: &ModelPlan<'_>) -> Service {
     }
 }
 
-/// In-cluster URL of a model's Service (`status.endpoint`).
+/// In-cluster URL of a model's Service (`status.endpoint`); `name` is the
+/// model's name.
 pub fn endpoint(name: &str, namespace: &str, port: i32) -> String {
-    format!("http://{name}.{namespace}.svc:{port}")
+    let service = flexinfer_crds::names::service_name(name);
+    format!("http://{service}.{namespace}.svc:{port}")
 }

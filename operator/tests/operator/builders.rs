@@ -157,7 +157,9 @@ fn every_backend_and_vendor_with_cache() {
                 Vendor::Nvidia => {
                     assert_eq!(limits(&d)["nvidia.com/gpu"], "1");
                     assert!(has_gpu_toleration(pod));
-                    assert_eq!(pod["runtimeClassName"], "nvidia");
+                    // No RuntimeClass unless the operator or the Model names
+                    // one: most clusters define none called `nvidia`.
+                    assert!(pod["runtimeClassName"].is_null());
                 }
                 Vendor::Amd => {
                     assert_eq!(limits(&d)["amd.com/gpu"], "1");
@@ -489,4 +491,210 @@ fn model_deployment_converts_to_the_model_spec() {
     ));
     assert_eq!(hf.source, "HF://org/m");
     assert_eq!(hf.gpu_count(), 1);
+}
+
+fn plan_json(m: &Model, vendor: Vendor, settings: &BuildSettings) -> Value {
+    render(m, vendor, "", settings)
+}
+
+/// Names a Model may have but a Service may not: the children get
+/// DNS-1035 names of at most 63 characters, label values fit, and the
+/// Model's own name stays in the pod annotation and the served name.
+#[test]
+fn children_of_models_with_dotted_or_long_names_are_valid_objects() {
+    let settings = BuildSettings::default();
+    let long = format!("model-{}", "x".repeat(60));
+    for name in ["qwen2.5-7b", "llama-3.1-8b", "7b-chat", long.as_str()] {
+        let m = model(name, spec("vllm", Vendor::Nvidia));
+        let out = plan_json(&m, Vendor::Nvidia, &settings);
+        let names = [
+            &out["service"]["metadata"]["name"],
+            &out["deployment"]["metadata"]["name"],
+            &out["prefetchJob"]["metadata"]["name"],
+        ];
+        for n in names {
+            let n = n.as_str().unwrap();
+            assert!(
+                flexinfer_crds::names::is_dns1035_label(n),
+                "{name}: {n} is not a DNS-1035 label"
+            );
+        }
+        assert_eq!(
+            out["pvc"]["metadata"]["name"],
+            format!(
+                "{}-cache",
+                out["service"]["metadata"]["name"].as_str().unwrap()
+            )
+        );
+        let labels = out["deployment"]["spec"]["template"]["metadata"]["labels"]
+            .as_object()
+            .unwrap();
+        for v in labels.values() {
+            assert!(flexinfer_crds::names::is_label_value(v.as_str().unwrap()));
+        }
+        let pod = &out["deployment"]["spec"]["template"]["metadata"];
+        assert_eq!(pod["annotations"]["flexinfer.ai/model"], name);
+        // The pods' volume is the PVC the operator creates.
+        assert_eq!(
+            out["deployment"]["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]
+                ["claimName"],
+            out["pvc"]["metadata"]["name"]
+        );
+    }
+}
+
+/// The Deployment selects by identity only: a change of backend keeps the
+/// (immutable) selector.
+#[test]
+fn the_deployment_selector_survives_a_change_of_backend() {
+    let settings = BuildSettings::default();
+    let a = plan_json(
+        &model("m", spec("vllm", Vendor::Cpu)),
+        Vendor::Cpu,
+        &settings,
+    );
+    let b = plan_json(
+        &model("m", spec("llamacpp", Vendor::Cpu)),
+        Vendor::Cpu,
+        &settings,
+    );
+    let selector = |v: &Value| v["deployment"]["spec"]["selector"].clone();
+    assert_eq!(selector(&a), selector(&b));
+    assert!(selector(&a)["matchLabels"]["flexinfer.ai/backend"].is_null());
+    assert_eq!(
+        a["deployment"]["spec"]["template"]["metadata"]["labels"]["flexinfer.ai/backend"],
+        "vllm"
+    );
+    assert_eq!(
+        a["service"]["spec"]["selector"],
+        selector(&a)["matchLabels"]
+    );
+}
+
+/// Storage class, runtime class and GPU tolerations come from the Model,
+/// else from the operator's settings, else are left to the cluster.
+#[test]
+fn cluster_specific_pod_settings_are_values() {
+    let defaults = BuildSettings::default();
+    let m = model("m", spec("vllm", Vendor::Nvidia));
+    let out = plan_json(&m, Vendor::Nvidia, &defaults);
+    assert!(out["pvc"]["spec"]["storageClassName"].is_null());
+    assert_eq!(out["pvc"]["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+    let pod = &out["deployment"]["spec"]["template"]["spec"];
+    assert!(pod["runtimeClassName"].is_null());
+    let keys: Vec<&str> = pod["tolerations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["dedicated", "nvidia.com/gpu", "amd.com/gpu"]);
+
+    let settings = BuildSettings {
+        cache_storage_class: Some("fast".into()),
+        nvidia_runtime_class: Some("nvidia".into()),
+        gpu_tolerations: vec![],
+        ..Default::default()
+    };
+    let out = plan_json(&m, Vendor::Nvidia, &settings);
+    assert_eq!(out["pvc"]["spec"]["storageClassName"], "fast");
+    let pod = &out["deployment"]["spec"]["template"]["spec"];
+    assert_eq!(pod["runtimeClassName"], "nvidia");
+    assert!(pod["tolerations"].is_null());
+    // CPU pods never get the NVIDIA runtime class.
+    let cpu = plan_json(
+        &model("c", spec("vllm", Vendor::Cpu)),
+        Vendor::Cpu,
+        &settings,
+    );
+    assert!(cpu["deployment"]["spec"]["template"]["spec"]["runtimeClassName"].is_null());
+
+    let mut own = m.clone();
+    own.spec.runtime_class_name = Some("kata".into());
+    own.spec.cache = Some(CacheSpec {
+        storage_class: Some("local-nvme".into()),
+        access_mode: Some("ReadWriteMany".into()),
+        ..Default::default()
+    });
+    let out = plan_json(&own, Vendor::Nvidia, &settings);
+    assert_eq!(out["pvc"]["spec"]["storageClassName"], "local-nvme");
+    assert_eq!(out["pvc"]["spec"]["accessModes"], json!(["ReadWriteMany"]));
+    assert_eq!(
+        out["deployment"]["spec"]["template"]["spec"]["runtimeClassName"],
+        "kata"
+    );
+}
+
+/// The prefetch Job goes where the model goes (so a volume bound on first
+/// use binds where the model can run), and a pod holding a single-node
+/// volume is replaced, never overlapped.
+#[test]
+fn cache_jobs_follow_the_model_and_single_node_volumes_roll_by_recreate() {
+    let settings = BuildSettings::default();
+    let mut m = model("m", spec("vllm", Vendor::Nvidia));
+    m.spec.node_selector = [("zone".to_owned(), "a".to_owned())].into();
+    m.spec.tolerations =
+        vec![serde_json::from_value(json!({"key": "spot", "operator": "Exists"})).unwrap()];
+    let out = plan_json(&m, Vendor::Nvidia, &settings);
+    let job = &out["prefetchJob"]["spec"]["template"]["spec"];
+    let pod = &out["deployment"]["spec"]["template"]["spec"];
+    assert_eq!(job["nodeSelector"], pod["nodeSelector"]);
+    assert_eq!(job["tolerations"], pod["tolerations"]);
+    assert_eq!(
+        job["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+            ["preference"]["matchExpressions"][0]["values"],
+        json!(["nvidia"])
+    );
+    assert_eq!(out["deployment"]["spec"]["strategy"]["type"], "Recreate");
+    // CPU models on a ReadWriteOnce cache too (Kubernetes' default rolling
+    // update would start the new pod first).
+    let cpu = plan_json(
+        &model("c", spec("vllm", Vendor::Cpu)),
+        Vendor::Cpu,
+        &settings,
+    );
+    assert_eq!(cpu["deployment"]["spec"]["strategy"]["type"], "Recreate");
+    // ReadWriteMany: GPU pods roll one at a time without a surge pod.
+    let mut rwx = m.clone();
+    rwx.spec.cache = Some(CacheSpec {
+        access_mode: Some("ReadWriteMany".into()),
+        ..Default::default()
+    });
+    let out = plan_json(&rwx, Vendor::Nvidia, &settings);
+    assert_eq!(
+        out["deployment"]["spec"]["strategy"]["type"],
+        "RollingUpdate"
+    );
+    assert_eq!(
+        out["deployment"]["spec"]["strategy"]["rollingUpdate"]["maxSurge"],
+        0
+    );
+}
+
+/// Model and cache pods pass the Pod Security `baseline` level and carry
+/// what `restricted` asks for besides a non-root user, which the Model
+/// sets when its image allows.
+#[test]
+fn model_and_cache_pods_are_hardened() {
+    let settings = BuildSettings::default();
+    let mut m = model("m", spec("vllm", Vendor::Cpu));
+    m.spec.security_context =
+        Some(serde_json::from_value(json!({"runAsNonRoot": true, "runAsUser": 1000})).unwrap());
+    let out = plan_json(&m, Vendor::Cpu, &settings);
+    for pod in [
+        &out["deployment"]["spec"]["template"]["spec"],
+        &out["prefetchJob"]["spec"]["template"]["spec"],
+    ] {
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        for c in pod["containers"].as_array().unwrap() {
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+            assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+        }
+    }
+    let pod = &out["deployment"]["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 1000);
 }
