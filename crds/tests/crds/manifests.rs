@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 use flexinfer_crds::manifests;
 use serde_json::Value;
 
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("crate has a parent")
         .to_path_buf()
 }
 
-fn committed_dirs() -> [PathBuf; 2] {
+pub(crate) fn committed_dirs() -> [PathBuf; 2] {
     let root = repo_root();
     [
         root.join("crds/manifests"),

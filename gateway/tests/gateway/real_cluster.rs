@@ -255,6 +255,34 @@ fn every_crd_and_documented_object_is_accepted_as_written() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Enum values that YAML 1.1 reads as booleans (`ON`, `OFF` of the
+/// ModelDeployment's `jitPolicy`) reach the API server as strings when
+/// kubectl applies the chart's CRD files, so an object using them is
+/// accepted.
+#[test]
+fn enum_values_yaml_1_1_reads_as_booleans_validate() {
+    let Some(plane) = plane() else { return };
+    install_crds(plane);
+    let namespace = "yaml-booleans";
+    let _ = plane.kubectl(&["create", "namespace", namespace]);
+    for policy in ["ON", "OFF", "REDO"] {
+        let name = format!("jit-{}", policy.to_lowercase());
+        let object = serde_json::json!({
+            "apiVersion": "ai.flexinfer/v1alpha1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "backend": "mlc-llm",
+                "model": "HF://mlc-ai/Llama-3-8B-Instruct-q4f16_1-MLC",
+                "mlcllm": {"jitPolicy": policy},
+            },
+        });
+        let stored =
+            create(plane, &object).unwrap_or_else(|e| panic!("jitPolicy {policy} refused: {e}"));
+        assert_eq!(stored["spec"]["mlcllm"]["jitPolicy"], policy);
+    }
+}
+
 /// `helm` of the control plane, panicking with its output on failure.
 fn helm(plane: &ControlPlane, args: &[&str]) -> String {
     let out = plane
