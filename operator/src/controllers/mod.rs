@@ -29,6 +29,7 @@ pub mod model;
 pub mod model_cache;
 pub mod model_catalog;
 pub mod model_deployment;
+pub mod node_cache;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -151,6 +152,8 @@ pub struct Context {
     pub events: events::EventPublisher,
     /// HTTP client for backend pods (metrics, LoRA endpoints).
     pub http: reqwest::Client,
+    /// The cluster's Nodes for GPU placement, from one shared watch.
+    pub nodes: Arc<node_cache::NodeCache>,
 }
 
 impl Context {
@@ -162,6 +165,7 @@ impl Context {
             .timeout(Duration::from_secs(5))
             .build()?;
         Ok(Arc::new(Context {
+            nodes: node_cache::NodeCache::new(client.clone()),
             client,
             settings,
             metrics,

@@ -20,7 +20,7 @@ use flexinfer_crds::v1alpha2::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
@@ -559,8 +559,7 @@ async fn place(
     let placement = if model.spec.gpu_count() == 0 {
         Placement::cpu()
     } else {
-        let nodes: Api<Node> = Api::all(ctx.client.clone());
-        let nodes = nodes.list(&ListParams::default()).await?.items;
+        let nodes = ctx.nodes.nodes().await?;
         match placement::detect(&model.name_any(), &model.spec, &nodes) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
