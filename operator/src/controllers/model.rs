@@ -30,7 +30,7 @@ use kube::{Resource, ResourceExt};
 
 use super::apply::{apply_owned, apply_status};
 use super::conditions::{from_time, sort_conditions, to_time, Conditions};
-use super::{Context, Error, REQUEUE};
+use super::{owned_objects, Context, Error, REQUEUE};
 use crate::desired::{self, service::endpoint, ModelPlan};
 use crate::placement::{self, Placement};
 use crate::policy::replicas::{desired_replicas, idle_at, ServerlessPolicy};
@@ -52,9 +52,9 @@ pub async fn run(
     let controller = Controller::new(models.clone(), watcher::Config::default());
     let store = controller.store();
     let controller = controller
-        .owns(ctx.watched_api::<Deployment>(), watcher::Config::default())
-        .owns(ctx.watched_api::<Service>(), watcher::Config::default())
-        .owns(ctx.watched_api::<Job>(), watcher::Config::default())
+        .owns(ctx.watched_api::<Deployment>(), owned_objects())
+        .owns(ctx.watched_api::<Service>(), owned_objects())
+        .owns(ctx.watched_api::<Job>(), owned_objects())
         // A change of one shared-group member re-decides its siblings.
         .watches(models, watcher::Config::default(), move |m: Model| {
             let group = m.spec.shared_group().map(str::to_owned);

@@ -31,7 +31,7 @@ use serde_json::json;
 
 use super::conditions::{from_time, Conditions};
 use super::model::{ensure_workload, phase_of};
-use super::{Context, Error, REQUEUE};
+use super::{owned_objects, Context, Error, REQUEUE};
 use crate::desired::{service::endpoint, ModelPlan};
 use crate::placement;
 
@@ -47,8 +47,8 @@ pub async fn run(
         ctx.watched_api::<ModelDeployment>(),
         watcher::Config::default(),
     )
-    .owns(ctx.watched_api::<Deployment>(), watcher::Config::default())
-    .owns(ctx.watched_api::<Service>(), watcher::Config::default());
+    .owns(ctx.watched_api::<Deployment>(), owned_objects())
+    .owns(ctx.watched_api::<Service>(), owned_objects());
     let error_policy = retry_after("modeldeployment", Duration::from_secs(5));
     drive(
         controller,
