@@ -17,6 +17,8 @@
 //!   Kubernetes quantities.
 //! - [`manifests`]: rendering of the CustomResourceDefinition YAML that the
 //!   `flexinfer-crdgen` binary writes and the Helm chart ships.
+//! - [`yaml11`]: which plain YAML scalars a YAML 1.1 reader takes for
+//!   something other than a string (what the manifests quote).
 //!
 //! Everything here is pure data and pure functions: no I/O, no clients.
 
@@ -34,6 +36,7 @@ pub mod quantity;
 pub mod routing;
 pub mod v1alpha1;
 pub mod v1alpha2;
+pub mod yaml11;
 
 mod schema;
 

@@ -17,12 +17,16 @@
 //!   descriptions is reduced to the code span;
 //! - integral `minimum`/`maximum` bounds are written as integers, and
 //!   `required` lists are sorted.
+//!
+//! Every string that a YAML 1.1 reader (Helm, kubectl: go-yaml) would take
+//! for a boolean, null, number or timestamp is written quoted, so that the
+//! `ON` of an enum stays the string `"ON"` (see [`crate::yaml11`]).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::{v1alpha1, v1alpha2};
+use crate::{v1alpha1, v1alpha2, yaml11};
 
 /// First line of every generated file.
 pub const HEADER: &str =
@@ -64,8 +68,48 @@ pub fn render(crd: &CustomResourceDefinition) -> String {
             tidy_schema(schema);
         }
     }
-    let yaml = serde_yaml::to_string(&sorted_yaml(value)).expect("CRD value serializes to YAML");
-    format!("{HEADER}---\n{yaml}")
+    format!("{HEADER}---\n{}", to_yaml(value))
+}
+
+/// Stands in for a string that must be quoted while serde_yaml writes the
+/// document; a plain scalar to serde_yaml, and to any YAML reader.
+const PLACEHOLDER: &str = "__flexinfer_quoted_";
+
+/// Writes `value` as YAML that reads the same under YAML 1.1 and 1.2.
+///
+/// serde_yaml quotes only what YAML 1.2 reads otherwise and takes no
+/// per-scalar style, so each string that [`yaml11::reads_as_non_string`]
+/// flags is swapped for a numbered placeholder, and the placeholder in the
+/// output for the quoted string.
+pub fn to_yaml(value: Value) -> String {
+    let mut quoted = Vec::new();
+    let yaml = serde_yaml::to_string(&sorted_yaml(value, &mut quoted))
+        .expect("CRD value serializes to YAML");
+    let mut out = String::with_capacity(yaml.len());
+    let mut rest = yaml.as_str();
+    while let Some(at) = rest.find(PLACEHOLDER) {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at + PLACEHOLDER.len()..];
+        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+        let index: usize = tail[..digits].parse().expect("placeholder index");
+        out.push_str(&quote(&quoted[index]));
+        rest = tail[digits..]
+            .strip_prefix("__")
+            .expect("placeholder ends in __");
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A quoted YAML scalar: single-quoted when printable on one line (the
+/// style serde_yaml uses), else JSON's double-quoted form, which YAML reads
+/// the same.
+fn quote(s: &str) -> String {
+    if s.chars().any(char::is_control) {
+        serde_json::to_string(s).expect("string serializes to JSON")
+    } else {
+        format!("'{}'", s.replace('\'', "''"))
+    }
 }
 
 /// `(file name, YAML)` of every CRD, in [`crds`] order.
@@ -140,8 +184,10 @@ fn strip_doc_links(text: &str) -> String {
     out
 }
 
-/// Converts JSON to YAML with every mapping's keys in sorted order.
-fn sorted_yaml(value: Value) -> serde_yaml::Value {
+/// Converts JSON to YAML with every mapping's keys in sorted order, and
+/// every string that must be quoted replaced by a placeholder indexing
+/// `quoted`.
+fn sorted_yaml(value: Value, quoted: &mut Vec<String>) -> serde_yaml::Value {
     match value {
         Value::Null => serde_yaml::Value::Null,
         Value::Bool(b) => serde_yaml::Value::Bool(b),
@@ -154,20 +200,38 @@ fn sorted_yaml(value: Value) -> serde_yaml::Value {
                 serde_yaml::Value::Number(n.as_f64().unwrap_or_default().into())
             }
         }
-        Value::String(s) => serde_yaml::Value::String(s),
-        Value::Array(items) => {
-            serde_yaml::Value::Sequence(items.into_iter().map(sorted_yaml).collect())
-        }
+        Value::String(s) => yaml_string(s, quoted),
+        Value::Array(items) => serde_yaml::Value::Sequence(
+            items
+                .into_iter()
+                .map(|item| sorted_yaml(item, quoted))
+                .collect(),
+        ),
         Value::Object(map) => {
             let mut entries: Vec<(String, Value)> = map.into_iter().collect();
             entries.sort_by(|a, b| a.0.cmp(&b.0));
             serde_yaml::Value::Mapping(
                 entries
                     .into_iter()
-                    .map(|(key, value)| (serde_yaml::Value::String(key), sorted_yaml(value)))
+                    .map(|(key, value)| (yaml_string(key, quoted), sorted_yaml(value, quoted)))
                     .collect(),
             )
         }
+    }
+}
+
+/// `s`, or the placeholder of `s` when a YAML 1.1 reader would not read it
+/// back as a string.
+fn yaml_string(s: String, quoted: &mut Vec<String>) -> serde_yaml::Value {
+    assert!(
+        !s.contains(PLACEHOLDER),
+        "a manifest string contains the placeholder {PLACEHOLDER}"
+    );
+    if yaml11::reads_as_non_string(&s) {
+        quoted.push(s);
+        serde_yaml::Value::String(format!("{PLACEHOLDER}{}__", quoted.len() - 1))
+    } else {
+        serde_yaml::Value::String(s)
     }
 }
 
@@ -209,6 +273,44 @@ mod tests {
                 "default": {"nullable": true},
             })
         );
+    }
+
+    #[test]
+    fn strings_yaml_1_1_reads_otherwise_are_quoted() {
+        let value = serde_json::json!({
+            "enum": ["ON", "OFF", "REDO"],
+            "y": "012",
+            "on": ["1_000", "12:30", ".inf", "~", "", "it's", "2001-12-14", "2001-12-14\nnext"],
+            "plain": "60s",
+            "number": 1,
+            "flag": true,
+        });
+        let yaml = to_yaml(value.clone());
+        for line in [
+            "- 'ON'",
+            "- 'OFF'",
+            "- REDO",
+            "'y': '012'",
+            "'on':",
+            "- '1_000'",
+            "- '12:30'",
+            "- '.inf'",
+            "- '~'",
+            "- ''",
+            "- it's",
+            "- '2001-12-14'",
+            "- \"2001-12-14\\nnext\"",
+            "plain: 60s",
+            "number: 1",
+            "flag: true",
+        ] {
+            assert!(
+                yaml.lines().any(|l| l.trim() == line),
+                "{line:?} missing from\n{yaml}"
+            );
+        }
+        let back: Value = serde_yaml::from_str(&yaml).expect("output parses");
+        assert_eq!(back, value);
     }
 
     #[test]

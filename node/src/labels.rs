@@ -34,6 +34,17 @@ use crate::nvidia::sm_order;
 /// `gpu.vendor` value of a node with GPUs of more than one vendor.
 pub const MIXED_VENDOR: &str = "MIXED";
 
+/// Free VRAM, in MiB, that `gpu-free-memory` may be off by before it is
+/// rewritten: allocators move it by a few MiB every pass, while a model
+/// needs gigabytes.
+pub const FREE_MEMORY_DEAD_BAND_MIB: f64 = 256.0;
+
+/// Percentage points that `gpu.util` may be off by before it is rewritten.
+pub const UTIL_DEAD_BAND_PERCENT: f64 = 5.0;
+
+/// Ratio that `kv-cache-usage` may be off by before it is rewritten.
+pub const KV_CACHE_DEAD_BAND: f64 = 0.05;
+
 /// The label and annotation keys under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelKeys {
@@ -99,6 +110,18 @@ impl LabelKeys {
             self.gpu_count(),
             self.gpu_int4(),
             self.cpu_avx512(),
+        ]
+    }
+
+    /// The measured annotations and how far each may drift from the value
+    /// on the Node before the agent rewrites it ([`crate::patch`]):
+    /// [`FREE_MEMORY_DEAD_BAND_MIB`], [`UTIL_DEAD_BAND_PERCENT`],
+    /// [`KV_CACHE_DEAD_BAND`].
+    pub fn dead_bands(&self) -> [(String, f64); 3] {
+        [
+            (self.gpu_free_memory(), FREE_MEMORY_DEAD_BAND_MIB),
+            (self.gpu_util(), UTIL_DEAD_BAND_PERCENT),
+            (self.kv_cache_usage(), KV_CACHE_DEAD_BAND),
         ]
     }
 

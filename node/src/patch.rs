@@ -6,7 +6,12 @@
 //!
 //! - a desired key missing or with another value → a server-side-apply
 //!   patch with every desired key (field manager [`FIELD_MANAGER`],
-//!   `force`), so the agent owns exactly the fields it sets;
+//!   `force`), so the agent owns exactly the fields it sets. A measured
+//!   annotation (free VRAM, utilisation, KV-cache usage) counts as another
+//!   value only when it moved past its dead band
+//!   ([`LabelKeys::dead_bands`]): readings that jitter from pass to pass
+//!   would otherwise rewrite the Node every interval, and every watcher of
+//!   Nodes (the extender, the operator) with it;
 //! - a managed key present but no longer desired (a GPU went away) → a
 //!   JSON merge patch setting it to `null`, which removes it whoever set
 //!   it (server-side apply only removes fields the applier owned).
@@ -40,8 +45,16 @@ pub fn plan(node: &Node, desired: &NodeMetadata, keys: &LabelKeys) -> Option<Nod
     let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
     let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
 
+    let bands = keys.dead_bands();
     let differs = |want: &BTreeMap<String, String>, have: &BTreeMap<String, String>| {
-        want.iter().any(|(key, value)| have.get(key) != Some(value))
+        want.iter().any(|(key, value)| match have.get(key) {
+            Some(current) if current == value => false,
+            Some(current) => bands
+                .iter()
+                .find(|(measured, _)| measured == key)
+                .is_none_or(|(_, band)| !within(current, value, *band)),
+            None => true,
+        })
     };
     let apply = (differs(&desired.labels, labels) || differs(&desired.annotations, annotations))
         .then(|| apply_body(name, desired));
@@ -72,6 +85,14 @@ pub fn plan(node: &Node, desired: &NodeMetadata, keys: &LabelKeys) -> Option<Nod
     });
 
     (apply.is_some() || remove.is_some()).then_some(NodeUpdate { remove, apply })
+}
+
+/// Whether two readings, both numbers, are less than `band` apart.
+fn within(current: &str, desired: &str, band: f64) -> bool {
+    match (current.parse::<f64>(), desired.parse::<f64>()) {
+        (Ok(current), Ok(desired)) => (current - desired).abs() < band,
+        _ => false,
+    }
 }
 
 /// The server-side-apply body: the Node's identity and the desired keys.
@@ -176,6 +197,71 @@ mod tests {
                 "annotations": {"flexinfer.ai/gpu.util": null}
             }})
         );
+    }
+
+    #[test]
+    fn readings_within_their_dead_band_are_not_rewritten() {
+        let keys = LabelKeys::default();
+        let labels = [
+            ("flexinfer.ai/cpu.avx512", "true"),
+            ("flexinfer.ai/gpu.vendor", "AMD"),
+        ];
+        let mut want = desired();
+        want.annotations
+            .insert("flexinfer.ai/gpu.util".into(), "14.00".into());
+        want.annotations
+            .insert("flexinfer.ai/kv-cache-usage".into(), "0.5100".into());
+        // 200 MiB, 4 points and 0.04 off: within the bands.
+        let close = node(
+            &labels,
+            &[
+                ("flexinfer.ai/gpu-free-memory", "20200"),
+                ("flexinfer.ai/gpu.util", "10.00"),
+                ("flexinfer.ai/kv-cache-usage", "0.4700"),
+            ],
+        );
+        assert_eq!(plan(&close, &want, &keys), None);
+        // Any one past its band: one apply with every fresh reading.
+        for (key, far) in [
+            ("flexinfer.ai/gpu-free-memory", "20256"),
+            ("flexinfer.ai/gpu.util", "19.00"),
+            ("flexinfer.ai/kv-cache-usage", "0.5600"),
+        ] {
+            let mut annotations = vec![
+                ("flexinfer.ai/gpu-free-memory", "20000"),
+                ("flexinfer.ai/gpu.util", "14.00"),
+                ("flexinfer.ai/kv-cache-usage", "0.5100"),
+            ];
+            annotations.retain(|(k, _)| *k != key);
+            annotations.push((key, far));
+            let update = plan(&node(&labels, &annotations), &want, &keys).expect(key);
+            assert_eq!(
+                update.apply.unwrap()["metadata"]["annotations"],
+                json!(want.annotations),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn labels_and_unreadable_values_have_no_dead_band() {
+        let keys = LabelKeys::default();
+        let mut want = desired();
+        want.labels
+            .insert("flexinfer.ai/gpu.count".into(), "2".into());
+        let node_with = |count: &str, free: &str| {
+            node(
+                &[
+                    ("flexinfer.ai/cpu.avx512", "true"),
+                    ("flexinfer.ai/gpu.vendor", "AMD"),
+                    ("flexinfer.ai/gpu.count", count),
+                ],
+                &[("flexinfer.ai/gpu-free-memory", free)],
+            )
+        };
+        assert!(plan(&node_with("1", "20000"), &want, &keys).is_some());
+        assert!(plan(&node_with("2", "lots"), &want, &keys).is_some());
+        assert_eq!(plan(&node_with("2", "20000"), &want, &keys), None);
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //!   gateway's embedded operator, and their [`controllers::ControllerSettings`].
 //! - [`federation`]: cluster selection, replica split and capacity for the
 //!   federation controllers.
+//! - [`text`]: text cut to the API server's length limits.
 
 pub mod catalog;
 pub mod cli;
@@ -30,3 +31,4 @@ pub mod local;
 pub mod placement;
 pub mod policy;
 pub mod settings;
+pub mod text;

@@ -28,6 +28,8 @@ use crate::defaults;
     plural = "gpugroups",
     singular = "gpugroup",
     namespaced,
+    shortname = "gpug",
+    category = "flexinfer",
     status = "GPUGroupStatus",
     derive = "PartialEq",
     doc = "GPUGroup is a set of ModelDeployments that share one GPU, one active at a time.",

@@ -23,6 +23,8 @@ use crate::v1alpha2::{QuantizationSpec, QuantizationStatus};
     plural = "modelcaches",
     singular = "modelcache",
     namespaced,
+    shortname = "mcache",
+    category = "flexinfer",
     status = "ModelCacheStatus",
     derive = "PartialEq",
     doc = "ModelCache downloads a model artifact once and keeps it where model pods can mount it.",

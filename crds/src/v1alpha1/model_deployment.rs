@@ -59,6 +59,8 @@ pub mod reason {
     plural = "modeldeployments",
     singular = "modeldeployment",
     namespaced,
+    shortname = "mdeploy",
+    category = "flexinfer",
     status = "ModelDeploymentStatus",
     derive = "PartialEq",
     doc = "ModelDeployment is the deprecated per-deployment model resource; use Model (v1alpha2).",

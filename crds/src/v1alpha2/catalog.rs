@@ -23,6 +23,7 @@ use crate::defaults;
     namespaced,
     status = "ModelCatalogStatus",
     shortname = "mcat",
+    category = "flexinfer",
     derive = "PartialEq",
     doc = "ModelCatalog syncs model metadata from registries into a browsable list.",
     printcolumn(name = "Models", type_ = "integer", json_path = ".status.totalModels"),

@@ -27,6 +27,7 @@ use crate::defaults;
     namespaced,
     status = "ClusterStatus",
     shortname = "ficl",
+    category = "flexinfer",
     derive = "PartialEq",
     doc = "Cluster registers a remote Kubernetes cluster that federated models can be placed on.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),

@@ -41,6 +41,7 @@ pub enum ClusterRoutingStrategy {
     namespaced,
     status = "FederatedModelStatus",
     shortname = "fmodel",
+    category = "flexinfer",
     derive = "PartialEq",
     doc = "FederatedModel places one Model specification on several clusters.",
     printcolumn(
@@ -191,6 +192,7 @@ pub struct FederatedModelStatus {
     namespaced,
     status = "GlobalProxyStatus",
     shortname = "gproxy",
+    category = "flexinfer",
     derive = "PartialEq",
     doc = "GlobalProxy routes requests across the gateways of several clusters.",
     printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.strategy"),

@@ -27,6 +27,8 @@ pub const VLLM_UNLOAD_LORA_PATH: &str = "/v1/unload_lora_adapter";
     namespaced,
     status = "LoRAAdapterStatus",
     shortname = "lora",
+    shortname = "filora",
+    category = "flexinfer",
     derive = "PartialEq",
     doc = "LoRAAdapter declares a LoRA adapter that is loaded into every replica of a parent Model.",
     printcolumn(name = "Model", type_ = "string", json_path = ".spec.modelRef"),

@@ -82,6 +82,8 @@ pub mod reason {
     namespaced,
     status = "ModelStatus",
     shortname = "mdl",
+    shortname = "fimodel",
+    category = "flexinfer",
     derive = "PartialEq",
     doc = "Model is a served model: a backend plus a model source, scaled to zero when idle and optionally sharing a GPU with other models.",
     printcolumn(name = "Backend", type_ = "string", json_path = ".spec.backend"),

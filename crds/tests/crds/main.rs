@@ -5,3 +5,4 @@ mod support;
 mod defaults;
 mod examples;
 mod manifests;
+mod yaml11;

@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 use flexinfer_crds::manifests;
 use serde_json::Value;
 
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("crate has a parent")
         .to_path_buf()
 }
 
-fn committed_dirs() -> [PathBuf; 2] {
+pub(crate) fn committed_dirs() -> [PathBuf; 2] {
     let root = repo_root();
     [
         root.join("crds/manifests"),
@@ -80,7 +80,7 @@ const EXPECTED: &[Expected] = &[
         kind: "Model",
         plural: "models",
         version: "v1alpha2",
-        short_names: &["mdl"],
+        short_names: &["mdl", "fimodel"],
         columns: &[
             "Backend", "Phase", "Ready", "Shared", "Priority", "TPS", "Age",
         ],
@@ -89,7 +89,7 @@ const EXPECTED: &[Expected] = &[
         kind: "LoRAAdapter",
         plural: "loraadapters",
         version: "v1alpha2",
-        short_names: &["lora"],
+        short_names: &["lora", "filora"],
         columns: &["Model", "Adapter", "Phase", "Loaded", "Age"],
     },
     Expected {
@@ -124,14 +124,14 @@ const EXPECTED: &[Expected] = &[
         kind: "ModelDeployment",
         plural: "modeldeployments",
         version: "v1alpha1",
-        short_names: &[],
+        short_names: &["mdeploy"],
         columns: &["Backend", "Model", "Phase", "Replicas", "TPS", "Age"],
     },
     Expected {
         kind: "ModelCache",
         plural: "modelcaches",
         version: "v1alpha1",
-        short_names: &[],
+        short_names: &["mcache"],
         columns: &[
             "Phase",
             "Strategy",
@@ -148,7 +148,7 @@ const EXPECTED: &[Expected] = &[
         kind: "GPUGroup",
         plural: "gpugroups",
         version: "v1alpha1",
-        short_names: &[],
+        short_names: &["gpug"],
         columns: &["Phase", "Active", "Swaps", "Strategy", "Age"],
     },
 ];
@@ -336,4 +336,92 @@ fn gpu_group_policy_defaults_are_in_the_schema() {
     assert_eq!(policy["requestQueueThreshold"]["default"], 3);
     assert_eq!(policy["hysteresisWindowSeconds"]["default"], 10);
     assert_eq!(policy["enabled"]["default"], true);
+}
+
+/// Short names of the resources every Kubernetes API server serves
+/// (`kubectl api-resources` of 1.36, with `psp` of older servers): a CRD
+/// short name equal to one of them is shadowed or ambiguous in `kubectl get`.
+const BUILT_IN_SHORT_NAMES: &[&str] = &[
+    "cm", "cs", "ep", "ev", "limits", "ns", "no", "pvc", "pv", "po", "rc", "quota", "sa", "svc",
+    "crd", "crds", "ds", "deploy", "rs", "sts", "hpa", "cj", "csr", "ing", "netpol", "pdb", "pc",
+    "sc", "psp", "vac", "ipa", "vap", "vapb", "mwc", "vwc",
+];
+
+/// Plurals and singulars of built-in resources that a short name could
+/// shadow.
+const BUILT_IN_RESOURCES: &[&str] = &[
+    "pod",
+    "pods",
+    "service",
+    "services",
+    "node",
+    "nodes",
+    "namespace",
+    "namespaces",
+    "deployment",
+    "deployments",
+    "job",
+    "jobs",
+    "cronjob",
+    "cronjobs",
+    "configmap",
+    "configmaps",
+    "secret",
+    "secrets",
+    "event",
+    "events",
+    "endpoints",
+    "lease",
+    "leases",
+    "role",
+    "roles",
+    "binding",
+    "bindings",
+    "ingress",
+    "ingresses",
+    "cluster",
+    "clusterrole",
+    "clusterroles",
+];
+
+/// Every kind is in the `flexinfer` category (`kubectl get flexinfer -A`
+/// lists them all), and its short names are its own: unique among the
+/// kinds and no built-in resource's short name, plural or singular. Plurals
+/// such as `models` and `clusters` are taken by other projects too; the
+/// short names and `<plural>.ai.flexinfer` are the unambiguous ways to name
+/// them.
+#[test]
+fn every_kind_has_the_category_and_short_names_of_its_own() {
+    let built_in: BTreeSet<&str> = BUILT_IN_SHORT_NAMES
+        .iter()
+        .copied()
+        .chain(BUILT_IN_RESOURCES.iter().copied())
+        .collect();
+    let mut seen = BTreeSet::new();
+    for crd in rendered_crds() {
+        let names = &crd["spec"]["names"];
+        let kind = names["kind"].as_str().unwrap_or_default();
+        assert_eq!(
+            names["categories"],
+            serde_json::json!(["flexinfer"]),
+            "{kind} categories"
+        );
+        let short: Vec<&str> = names["shortNames"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(!short.is_empty(), "{kind} has no short name");
+        for name in &short {
+            assert!(
+                !built_in.contains(name),
+                "{kind}: {name} is a built-in resource's name"
+            );
+            assert!(
+                seen.insert(name.to_string()),
+                "{kind}: {name} is taken twice"
+            );
+        }
+    }
 }

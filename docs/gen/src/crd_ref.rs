@@ -11,7 +11,13 @@ pub fn render_all() -> String {
         "# CRD reference\n\n\
          Generated from the Rust types in `crds/` (the same schemas as the manifests under \
          `helm/flexinfer/crds/`). Every custom resource is in the API group `ai.flexinfer`. \
-         A field path ending in `[]` is a list item; `{}` is any key of a map.\n\n",
+         A field path ending in `[]` is a list item; `{}` is any key of a map.\n\n\
+         Other projects define resources named `models` and `clusters` (and other plurals \
+         below) too; where two are installed, `kubectl get models` picks one of them. Name \
+         FlexInfer's unambiguously by the fully qualified name (`kubectl get \
+         models.ai.flexinfer`, `kubectl get clusters.ai.flexinfer`) or a short name \
+         (`kubectl get fimodel`, `kubectl get ficl`). Every kind is in the category \
+         `flexinfer`: `kubectl get flexinfer -A` lists every FlexInfer object.\n\n",
     );
     let crds: Vec<Value> = flexinfer_crds::manifests::render_all()
         .iter()
@@ -19,7 +25,10 @@ pub fn render_all() -> String {
             serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{name} is not YAML: {e}"))
         })
         .collect();
-    out.push_str("| Kind | Version | Plural | Short names | Scope |\n|---|---|---|---|---|\n");
+    out.push_str(
+        "| Kind | Version | Fully qualified name | Short names | Categories | Scope |\n\
+         |---|---|---|---|---|---|\n",
+    );
     for crd in &crds {
         let names = &crd["spec"]["names"];
         let short: Vec<String> = names["shortNames"]
@@ -29,13 +38,22 @@ pub fn render_all() -> String {
             .filter_map(Value::as_str)
             .map(code)
             .collect();
+        let categories: Vec<String> = names["categories"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(code)
+            .collect();
         out.push_str(&format!(
-            "| [{kind}](#{anchor}) | {versions} | `{plural}` | {short} | {scope} |\n",
+            "| [{kind}](#{anchor}) | {versions} | `{plural}.{group}` | {short} | {categories} | {scope} |\n",
             kind = str_of(&names["kind"]),
             anchor = str_of(&names["kind"]).to_lowercase(),
             versions = versions(crd).join(", "),
             plural = str_of(&names["plural"]),
+            group = str_of(&crd["spec"]["group"]),
             short = short.join(", "),
+            categories = categories.join(", "),
             scope = str_of(&crd["spec"]["scope"]),
         ));
     }

@@ -255,6 +255,76 @@ fn every_crd_and_documented_object_is_accepted_as_written() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Enum values that YAML 1.1 reads as booleans (`ON`, `OFF` of the
+/// ModelDeployment's `jitPolicy`) reach the API server as strings when
+/// kubectl applies the chart's CRD files, so an object using them is
+/// accepted.
+#[test]
+fn enum_values_yaml_1_1_reads_as_booleans_validate() {
+    let Some(plane) = plane() else { return };
+    install_crds(plane);
+    let namespace = "yaml-booleans";
+    let _ = plane.kubectl(&["create", "namespace", namespace]);
+    for policy in ["ON", "OFF", "REDO"] {
+        let name = format!("jit-{}", policy.to_lowercase());
+        let object = serde_json::json!({
+            "apiVersion": "ai.flexinfer/v1alpha1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "backend": "mlc-llm",
+                "model": "HF://mlc-ai/Llama-3-8B-Instruct-q4f16_1-MLC",
+                "mlcllm": {"jitPolicy": policy},
+            },
+        });
+        let stored =
+            create(plane, &object).unwrap_or_else(|e| panic!("jitPolicy {policy} refused: {e}"));
+        assert_eq!(stored["spec"]["mlcllm"]["jitPolicy"], policy);
+    }
+}
+
+/// `kubectl get flexinfer` lists every FlexInfer kind, and no short name
+/// of ours is one the API server already serves for a built-in resource.
+#[test]
+fn crds_share_a_category_and_short_names_no_built_in_uses() {
+    let Some(plane) = plane() else { return };
+    install_crds(plane);
+    let ours = kubectl(
+        plane,
+        &["api-resources", "--categories=flexinfer", "-o", "name"],
+    );
+    let ours: BTreeSet<&str> = ours.lines().collect();
+    let crds = flexinfer_crds::manifests::crds();
+    let expected: BTreeSet<String> = crds
+        .iter()
+        .map(|crd| crd.metadata.name.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        ours,
+        expected.iter().map(String::as_str).collect::<BTreeSet<_>>()
+    );
+    let mut taken = BTreeSet::new();
+    for line in kubectl(plane, &["api-resources", "--no-headers"]).lines() {
+        let columns: Vec<&str> = line.split_whitespace().collect();
+        // NAME SHORTNAMES APIVERSION NAMESPACED KIND; SHORTNAMES may be empty.
+        if columns.len() == 5 && !columns[2].starts_with("ai.flexinfer/") {
+            taken.extend(columns[1].split(',').map(str::to_owned));
+        }
+    }
+    assert!(
+        taken.contains("po") && taken.contains("deploy"),
+        "{taken:?}"
+    );
+    for crd in &crds {
+        for short in crd.spec.names.short_names.iter().flatten() {
+            assert!(!taken.contains(short), "{short} is a built-in short name");
+        }
+    }
+    let listed = kubectl(plane, &["get", "flexinfer", "-A", "-o", "name"]);
+    assert!(!listed.contains("Error"), "{listed}");
+    kubectl(plane, &["get", "fimodel,ficl,mdeploy,gpug,mcache", "-A"]);
+}
+
 /// `helm` of the control plane, panicking with its output on failure.
 fn helm(plane: &ControlPlane, args: &[&str]) -> String {
     let out = plane
@@ -684,4 +754,44 @@ async fn a_request_starts_a_model_from_zero_through_the_real_cluster() {
     assert!(refused.is_empty(), "refused: {refused:#?}");
     drop(flags);
     rel.uninstall(plane);
+}
+
+/// The API server refuses an Event whose note is over 1 KiB; the
+/// operator's publisher cuts a long note (here of multi-byte characters, as
+/// joined catalog or LoRA errors can be) so that the event is still
+/// recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_with_a_long_note_is_recorded() {
+    let Some(plane) = plane() else { return };
+    let namespace = "long-notes";
+    let _ = plane.kubectl(&["create", "namespace", namespace]);
+    let _ = plane.kubectl(&["create", "configmap", "noted", "-n", namespace]);
+    let events = flexinfer_operator::controllers::events::EventPublisher::new(
+        plane.client().await,
+        "flexinfer-test",
+    );
+    let regarding = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: Some("noted".into()),
+        namespace: Some(namespace.into()),
+        ..Default::default()
+    };
+    let note = "entry ünsupported; ".repeat(200);
+    events.warning(&regarding, "LongNote", note.clone()).await;
+    let listed = kubectl(
+        plane,
+        &["get", "events.events.k8s.io", "-n", namespace, "-o", "json"],
+    );
+    let listed: Value = serde_json::from_str(&listed).expect("kubectl prints JSON");
+    let recorded: Vec<&str> = listed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|event| event["reason"] == "LongNote")
+        .filter_map(|event| event["note"].as_str())
+        .collect();
+    assert_eq!(recorded.len(), 1, "{listed}");
+    assert!(recorded[0].len() <= 1024);
+    assert!(note.starts_with(recorded[0].trim_end_matches('…')));
 }

@@ -221,6 +221,38 @@ async fn labels_once_then_writes_only_what_changed() {
     );
 }
 
+/// Free VRAM that jitters by a few MiB between passes (as allocators make
+/// it) leaves the Node alone: passes over ten intervals write it once, and
+/// a change past the dead band is written again.
+#[tokio::test]
+async fn jittering_readings_do_not_rewrite_the_node_every_pass() {
+    let server = TestApiServer::start().await;
+    create_node(&server, &[("kubernetes.io/hostname", NODE)], &[]).await;
+    let machine = machine();
+    let mut agent = agent(&machine, server.client(), Metrics::new());
+    const GIB: u64 = 1024 * 1024 * 1024;
+    const MIB: u64 = 1024 * 1024;
+    for pass in 0..10 {
+        machine.set_vram_used(0, 4 * GIB + (pass % 3) * 40 * MIB);
+        agent.pass().await.expect("pass");
+    }
+    assert_eq!(server.writes(Verb::Patch, "nodes"), 1);
+    assert_eq!(server.total_writes(), 1);
+    assert_eq!(
+        annotations(&read_node(&server).await)["flexinfer.ai/gpu-free-memory"],
+        "20464"
+    );
+
+    server.reset_counters();
+    machine.set_vram_used(0, 5 * GIB);
+    agent.pass().await.expect("pass after a load");
+    assert_eq!(server.writes(Verb::Patch, "nodes"), 1);
+    assert_eq!(
+        annotations(&read_node(&server).await)["flexinfer.ai/gpu-free-memory"],
+        "19440"
+    );
+}
+
 /// When the GPU goes away, the keys the agent set are removed with one
 /// merge patch; keys of other owners stay; the next pass is quiet.
 #[tokio::test]

@@ -6,7 +6,8 @@
 //!
 //! [`filter`] applies `spec.filter` (pure), [`sync`] lists one registry
 //! through the OCI client of `flexinfer-flashload` (the same code the
-//! prefetch Job pulls with).
+//! prefetch Job pulls with), [`bounds`] keeps the status small (pure).
 
+pub mod bounds;
 pub mod filter;
 pub mod sync;

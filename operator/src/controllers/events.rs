@@ -1,5 +1,9 @@
 //! Kubernetes Events through kube's `Recorder`. Publishing never fails a
 //! reconcile: a lost event is logged.
+//!
+//! The API server refuses an Event whose note is over 1 KiB, and some notes
+//! join an unbounded list (every failed catalog entry, every LoRA adapter's
+//! error); [`bounded_note`] cuts them to fit rather than lose the event.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -45,12 +49,52 @@ impl EventPublisher {
         let event = Event {
             type_,
             reason: reason.to_owned(),
-            note: Some(note),
+            note: Some(bounded_note(note)),
             action: "Reconcile".to_owned(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, regarding).await {
             tracing::warn!(error = %e, reason, "failed to publish event");
+        }
+    }
+}
+
+/// The API server's limit on an Event's `note` (events.k8s.io/v1), in bytes.
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+/// `note` cut to [`MAX_NOTE_BYTES`] at a character boundary, ending in `…`
+/// when cut.
+pub fn bounded_note(note: String) -> String {
+    crate::text::cut(note, MAX_NOTE_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_within_the_limit_are_kept_whole() {
+        let exact = "a".repeat(MAX_NOTE_BYTES);
+        assert_eq!(bounded_note(exact.clone()), exact);
+        assert_eq!(bounded_note(String::new()), "");
+    }
+
+    #[test]
+    fn long_notes_are_cut_to_the_limit_with_an_ellipsis() {
+        let long = "a".repeat(MAX_NOTE_BYTES + 1);
+        let cut = bounded_note(long);
+        assert_eq!(cut.len(), MAX_NOTE_BYTES);
+        assert!(cut.ends_with("a…"));
+    }
+
+    #[test]
+    fn multi_byte_notes_are_cut_on_a_character_boundary() {
+        // Every offset of a 4-byte character against the limit.
+        for prefix in 0..4 {
+            let note = format!("{}{}", "a".repeat(prefix), "🦀".repeat(MAX_NOTE_BYTES));
+            let cut = bounded_note(note.clone());
+            assert!(cut.len() <= MAX_NOTE_BYTES, "{prefix}: {} bytes", cut.len());
+            assert!(note.starts_with(cut.strip_suffix('…').expect("ellipsis")));
         }
     }
 }

@@ -29,6 +29,7 @@ pub mod model;
 pub mod model_cache;
 pub mod model_catalog;
 pub mod model_deployment;
+pub mod node_cache;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +46,18 @@ pub use leader::LeaderElection;
 pub use metrics::Metrics;
 
 use crate::desired::BuildSettings;
+
+/// The watch of the objects a controller owns (Deployments, Services,
+/// Jobs): only those the operator labelled `app.kubernetes.io/managed-by:
+/// flexinfer`, so that a controller watching all namespaces does not hold
+/// every Deployment, Service and Job of the cluster in memory.
+pub fn owned_objects() -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default().labels(&format!(
+        "{}={}",
+        flexinfer_crds::labels::APP_MANAGED_BY,
+        flexinfer_crds::labels::MANAGED_BY_FLEXINFER
+    ))
+}
 
 /// Requeue interval of a settled object (spec: 30 s).
 pub const REQUEUE: Duration = Duration::from_secs(30);
@@ -151,6 +164,8 @@ pub struct Context {
     pub events: events::EventPublisher,
     /// HTTP client for backend pods (metrics, LoRA endpoints).
     pub http: reqwest::Client,
+    /// The cluster's Nodes for GPU placement, from one shared watch.
+    pub nodes: Arc<node_cache::NodeCache>,
 }
 
 impl Context {
@@ -162,6 +177,7 @@ impl Context {
             .timeout(Duration::from_secs(5))
             .build()?;
         Ok(Arc::new(Context {
+            nodes: node_cache::NodeCache::new(client.clone()),
             client,
             settings,
             metrics,
@@ -316,5 +332,22 @@ impl LostExt for anyhow::Result<()> {
             Err(e) => e,
             Ok(()) => anyhow::anyhow!("{msg}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The owned-object watches select exactly the label every object the
+    /// operator builds for a model carries (`ModelPlan::meta` and the
+    /// Deployment's pod template use these labels), so no owned object
+    /// falls outside them.
+    #[test]
+    fn owned_object_watches_select_the_operators_label() {
+        let selector = owned_objects().label_selector.expect("a label selector");
+        let (key, value) = selector.split_once('=').expect("key=value");
+        let labels = flexinfer_crds::labels::selector_labels("m", "vllm");
+        assert_eq!(labels.get(key).map(String::as_str), Some(value));
     }
 }

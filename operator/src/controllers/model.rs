@@ -20,7 +20,7 @@ use flexinfer_crds::v1alpha2::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
@@ -31,7 +31,7 @@ use kube::{Resource, ResourceExt};
 
 use super::apply::{apply_owned, apply_status};
 use super::conditions::{from_time, sort_conditions, to_time, Conditions};
-use super::{Context, Error, REQUEUE};
+use super::{owned_objects, Context, Error, REQUEUE};
 use crate::desired::{self, service::endpoint, ModelPlan};
 use crate::placement::{self, Placement};
 use crate::policy::replicas::{desired_replicas, idle_at, ServerlessPolicy};
@@ -53,9 +53,9 @@ pub async fn run(
     let controller = Controller::new(models.clone(), watcher::Config::default());
     let store = controller.store();
     let controller = controller
-        .owns(ctx.watched_api::<Deployment>(), watcher::Config::default())
-        .owns(ctx.watched_api::<Service>(), watcher::Config::default())
-        .owns(ctx.watched_api::<Job>(), watcher::Config::default())
+        .owns(ctx.watched_api::<Deployment>(), owned_objects())
+        .owns(ctx.watched_api::<Service>(), owned_objects())
+        .owns(ctx.watched_api::<Job>(), owned_objects())
         // A change of one shared-group member re-decides its siblings.
         .watches(models, watcher::Config::default(), move |m: Model| {
             let group = m.spec.shared_group().map(str::to_owned);
@@ -801,8 +801,7 @@ async fn place(
     let placement = if model.spec.gpu_count() == 0 {
         Placement::cpu()
     } else {
-        let nodes: Api<Node> = Api::all(ctx.client.clone());
-        let nodes = nodes.list(&ListParams::default()).await?.items;
+        let nodes = ctx.nodes.nodes().await?;
         match placement::detect(&model.name_any(), &model.spec, &nodes) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),

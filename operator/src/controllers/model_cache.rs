@@ -15,7 +15,7 @@ use kube::{Resource, ResourceExt};
 
 use super::apply::apply_owned;
 use super::conditions::Conditions;
-use super::{Context, Error, REQUEUE};
+use super::{owned_objects, Context, Error, REQUEUE};
 use crate::desired::model_cache as builders;
 
 /// Field manager of the ModelCache controller.
@@ -27,7 +27,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let controller = Controller::new(ctx.watched_api::<ModelCache>(), watcher::Config::default())
-        .owns(ctx.watched_api::<Job>(), watcher::Config::default());
+        .owns(ctx.watched_api::<Job>(), owned_objects());
     let error_policy = retry_after("modelcache", Duration::from_secs(5));
     drive(
         controller,

@@ -3,6 +3,9 @@
 //! spec changed, or the last sync failed 30 s ago) and otherwise only
 //! requeues for the moment it will be due, so the status write of a sync
 //! (which wakes the controller again) does not start another one.
+//!
+//! The status it writes is bounded ([`crate::catalog::bounds`]): at most
+//! the first thousand entries, and a message of at most 4 KiB.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -20,7 +23,7 @@ use super::apply::apply_status;
 use super::conditions::{from_time, sort_conditions, to_time, Conditions};
 use super::drive::{drive, retry_after};
 use super::{check_crds_named, Context, Error};
-use crate::catalog::sync;
+use crate::catalog::{bounds, sync};
 
 /// Field manager of the ModelCatalog controller.
 pub const MANAGER: &str = "flexinfer-modelcatalog-controller";
@@ -132,17 +135,24 @@ async fn reconcile_inner(catalog: Arc<ModelCatalog>, ctx: Arc<Context>) -> Resul
     }
     entries.sort_by(|a, b| (&a.name, &a.reference).cmp(&(&b.name, &b.reference)));
     entries.dedup_by(|a, b| a.reference == b.reference);
+    let total = entries.len();
+    let (entries, left_out) = bounds::bound_entries(entries);
     let mut conds = Conditions::new(&prev.conditions, now, catalog.meta().generation);
     let ok = errors.is_empty();
-    let message = if ok {
+    let message = bounds::bound_message(if ok && left_out == 0 {
         format!(
-            "{} models from {} registries",
-            entries.len(),
+            "{total} models from {} registries",
             catalog.spec.registries.len()
+        )
+    } else if ok {
+        format!(
+            "{total} models from {} registries; status lists the first {}",
+            catalog.spec.registries.len(),
+            entries.len()
         )
     } else {
         errors.join("; ")
-    };
+    });
     conds.set(
         READY,
         ok,
@@ -150,7 +160,7 @@ async fn reconcile_inner(catalog: Arc<ModelCatalog>, ctx: Arc<Context>) -> Resul
         message.clone(),
     );
     let status = ModelCatalogStatus {
-        total_models: Some(i32::try_from(entries.len()).unwrap_or(i32::MAX)),
+        total_models: Some(i32::try_from(total).unwrap_or(i32::MAX)),
         entries,
         last_sync_time: Some(to_time(now)),
         conditions: conds.into_vec(),

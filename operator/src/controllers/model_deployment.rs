@@ -22,8 +22,8 @@ use flexinfer_crds::v1alpha2::{
     CacheSpec, CacheStrategy, GpuSpec, Model, ModelSpec, ServerlessSpec,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
@@ -31,7 +31,7 @@ use serde_json::json;
 
 use super::conditions::{from_time, Conditions};
 use super::model::{ensure_workload, phase_of};
-use super::{Context, Error, REQUEUE};
+use super::{owned_objects, Context, Error, REQUEUE};
 use crate::desired::{service::endpoint, ModelPlan};
 use crate::placement;
 
@@ -47,8 +47,8 @@ pub async fn run(
         ctx.watched_api::<ModelDeployment>(),
         watcher::Config::default(),
     )
-    .owns(ctx.watched_api::<Deployment>(), watcher::Config::default())
-    .owns(ctx.watched_api::<Service>(), watcher::Config::default());
+    .owns(ctx.watched_api::<Deployment>(), owned_objects())
+    .owns(ctx.watched_api::<Service>(), owned_objects());
     let error_policy = retry_after("modeldeployment", Duration::from_secs(5));
     drive(
         controller,
@@ -182,8 +182,7 @@ async fn reconcile_inner(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<
             return finish_failed(&ctx, &api, &md, status, conds, msg).await;
         }
     };
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let nodes = nodes.list(&ListParams::default()).await?.items;
+    let nodes = ctx.nodes.nodes().await?;
     let placement = match placement::detect(&name, &spec, &nodes)
         .and_then(|p| placement::check_compatibility(backend, &spec, &p).map(|_| p))
     {

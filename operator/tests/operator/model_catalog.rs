@@ -324,3 +324,62 @@ async fn aws_keys_in_the_secret_are_exchanged_for_an_ecr_token() {
     );
     assert_eq!(ecr.calls().len(), 1);
 }
+
+/// A catalog far larger than an object may be (here 20,000 entries, kept
+/// from a registry that now fails, with sixty registries' errors in the
+/// message) is written bounded: the first entries in order, `totalModels`
+/// counting them all, a message of at most 4 KiB; the status stays far
+/// under etcd's 1.5 MiB limit.
+#[tokio::test]
+async fn a_huge_catalog_keeps_its_status_small() {
+    use flexinfer_operator::catalog::bounds::{MAX_ENTRIES, MAX_ENTRIES_BYTES, MAX_MESSAGE_BYTES};
+
+    let (_server, ctx, _clock) = setup().await;
+    // Nothing listens on port 1: every sync of these registries fails.
+    let dead = "127.0.0.1:1";
+    let mut c = catalog("huge", &format!("{dead}/models"), None, None);
+    for n in 1..60 {
+        c.spec.registries.push(RegistrySource {
+            url: Some(format!("127.0.0.{}:1/models-with-a-long-path-{n}", n + 1)),
+            ..c.spec.registries[0].clone()
+        });
+    }
+    create(&ctx, &c).await;
+    let entries: Vec<serde_json::Value> = (0..20_000)
+        .map(|n| {
+            json!({"name": format!("models/m{n:05}"), "registry": "OCI",
+                   "reference": format!("oci://{dead}/models/m{n:05}:v1"), "size": 1})
+        })
+        .collect();
+    let api: Api<ModelCatalog> = Api::default_namespaced(ctx.client.clone());
+    api.patch_status(
+        "huge",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"entries": entries, "totalModels": 20_000}})),
+    )
+    .await
+    .expect("the previous status");
+
+    sync(&ctx, "huge").await;
+    let c = get(&ctx, "huge").await;
+    let status = c.status.clone().expect("status");
+    assert_eq!(status.total_models, Some(20_000));
+    assert_eq!(status.entries.len(), MAX_ENTRIES);
+    assert_eq!(status.entries[0].name, "models/m00000");
+    assert_eq!(
+        status.entries[MAX_ENTRIES - 1].name,
+        format!("models/m{:05}", MAX_ENTRIES - 1)
+    );
+    let (ready, _, message) = ready(&c);
+    assert_eq!(ready, "False");
+    assert!(
+        message.len() <= MAX_MESSAGE_BYTES,
+        "{} bytes",
+        message.len()
+    );
+    let bytes = serde_json::to_vec(&status).expect("JSON").len();
+    assert!(
+        bytes < MAX_ENTRIES_BYTES + 2 * MAX_MESSAGE_BYTES,
+        "{bytes} bytes of status"
+    );
+}

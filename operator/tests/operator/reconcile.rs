@@ -124,6 +124,41 @@ async fn ambiguous_gpu_vendor_requeues_in_30s() {
     );
 }
 
+/// GPU placement reads Nodes from one shared watch: repeated reconciles
+/// of GPU models list Nodes once at most, and a Node added later is seen
+/// through the watch.
+#[tokio::test]
+async fn gpu_reconciles_read_nodes_from_a_watch_not_a_list_each() {
+    let (server, ctx, _clock) = setup().await;
+    server
+        .insert(&gpu_node("n1", "nvidia.com/gpu", &[]))
+        .unwrap();
+    create(&ctx, &gpu_model("one", CacheStrategy::None, false)).await;
+    create(&ctx, &gpu_model("two", CacheStrategy::None, false)).await;
+    server.reset_counters();
+    for _ in 0..3 {
+        reconcile(&ctx, "one").await;
+        reconcile(&ctx, "two").await;
+    }
+    assert!(
+        server.requests(Verb::List, "nodes") <= 1,
+        "{} Node lists for six reconciles",
+        server.requests(Verb::List, "nodes")
+    );
+    assert_eq!(server.requests(Verb::Watch, "nodes"), 1);
+    assert_eq!(cond(&get(&ctx, "one").await, "Schedulable").status, "True");
+
+    // An AMD node joins: the watch brings it to the next reconcile.
+    server.insert(&gpu_node("a1", "amd.com/gpu", &[])).unwrap();
+    eventually("the new Node seen", || async {
+        reconcile(&ctx, "one").await;
+        let m = get(&ctx, "one").await;
+        (cond(&m, "Schedulable").reason == "AmbiguousGPUVendor").then_some(())
+    })
+    .await;
+    assert!(server.requests(Verb::List, "nodes") <= 1);
+}
+
 #[tokio::test]
 async fn cache_gating_keeps_zero_replicas_until_prefetch_succeeds() {
     let (server, ctx, _clock) = setup().await;
