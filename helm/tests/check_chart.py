@@ -19,7 +19,10 @@ values-global.yaml):
    catalog.registryCredentials or operator.federation.enabled is on, and
    then only `get`, only for the component running the controllers, only
    in the watched namespaces; the global gateway's Role only in its
-   GlobalProxy's namespace).
+   GlobalProxy's namespace), the controllers always elect a leader, the
+   second kube-scheduler follows the cluster's version and puts nothing in
+   kube-system nor a system priority class outside it, and the pre-delete
+   hook deletes the Models that would otherwise outlive their controllers.
 
 The example manifests under crds/examples/ and the FlexInfer objects in the
 examples of docs/*.md are validated against the CRD schemas too. A JSON summary (environment variables and flags of every
@@ -347,7 +350,9 @@ def check_gateway(objects, values, label, expect):
         else:
             check(f"--namespaces={expect['namespaces']}" in c["args"], f"{label}: --namespaces={expect['namespaces']} in {c['args']}")
     if expect["embedded"]:
-        check(env["FLEXINFER_LEADER_ELECT"]["value"] == ("true" if expect["replicas"] > 1 else "false"), f"{label}: leader election")
+        # Always, even with one replica: a rolling update (maxSurge) runs the
+        # old and the new pod side by side.
+        check(env["FLEXINFER_LEADER_ELECT"]["value"] == "true", f"{label}: leader election")
     else:
         # The gateway refuses controller options without --embedded-operator.
         stray = sorted(set(env) & set(CONTROLLER_ENV))
@@ -419,7 +424,7 @@ def check_operator(objects, label, expect):
     op = expect["operator"]
     check(dep["spec"]["replicas"] == op["replicas"], f"{label}: operator replicas")
     check(dep["spec"]["strategy"]["type"] == "Recreate", f"{label}: operator rollouts must not wait for a second leader")
-    check(env["LEADER_ELECT"]["value"] == ("true" if op["replicas"] > 1 else "false"), f"{label}: operator LEADER_ELECT")
+    check(env["LEADER_ELECT"]["value"] == "true", f"{label}: operator LEADER_ELECT (whatever the replicas)")
     check(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", f"{label}: Lease namespace")
     check(env.get("WATCH_NAMESPACE", {}).get("value") == op["watch_namespace"], f"{label}: WATCH_NAMESPACE {env.get('WATCH_NAMESPACE')}")
     check(f"--leader-election-id={op['lease']}" in c["args"], f"{label}: lease name in {c['args']}")
@@ -474,6 +479,111 @@ def check_scheduler(objects, label, expect):
     dep = find(objects, "Deployment", expect["scheduler"])
     vols = {v["name"]: v for v in pod_spec(dep)["volumes"]}
     check(vols["config"]["configMap"]["name"] == cm["metadata"]["name"], f"{label}: kube-scheduler mounts another ConfigMap")
+    check_kube_scheduler_on_managed_clusters(objects, dep, label, expect["kube_scheduler"])
+
+
+def check_kube_scheduler_on_managed_clusters(objects, dep, label, want):
+    """What managed clusters refuse: a kube-scheduler newer than the API
+    server (its image follows the cluster's version unless set), the
+    system-cluster-critical class outside kube-system (GKE's quota), an
+    object in kube-system (GKE Autopilot) unless asked for."""
+    spec = pod_spec(dep)
+    c = spec["containers"][0]
+    if want["image"] is None:
+        # The SDK renders for its default Kubernetes version: vX.Y.Z, no suffix.
+        tag = c["image"].rpartition(":")[2]
+        check(c["image"].startswith("registry.k8s.io/kube-scheduler:v") and
+              all(part.isdigit() for part in tag[1:].split(".")) and tag.count(".") == 2,
+              f"{label}: kube-scheduler image {c['image']} does not follow the cluster's version")
+    else:
+        check(c["image"] == want["image"], f"{label}: kube-scheduler image {c['image']} != {want['image']}")
+    check(spec.get("priorityClassName") == want["priority"],
+          f"{label}: kube-scheduler priorityClassName {spec.get('priorityClassName')!r} != {want['priority']!r}")
+    in_kube_system = [f"{o['kind']}/{o['metadata']['name']}" for o in objects
+                      if o["metadata"].get("namespace") == "kube-system"]
+    skip = "--authentication-skip-lookup=true" in c["command"]
+    if want["auth_reader"]:
+        check(len(in_kube_system) == 1 and not skip,
+              f"{label}: authenticationReader: kube-system objects {in_kube_system}, skip-lookup {skip}")
+    else:
+        check(not in_kube_system, f"{label}: objects in kube-system: {in_kube_system}")
+        check(skip, f"{label}: kube-scheduler looks up a ConfigMap it may not read: {c['command']}")
+
+
+def check_uninstall(objects, label, expect):
+    """The pre-delete hook: a Job that deletes, while the controllers still
+    run, the Models that would otherwise be deleted with them and wait for
+    them (kubectl delete --wait), with a ServiceAccount that may do that
+    alone. `expect["uninstall"]`: {namespace: kubectl delete arguments}, or
+    None when no hook renders."""
+    want = expect.get("uninstall")
+    job = find(objects, "Job", expect["fullname"] + "-uninstall")
+    if want is None:
+        check(job is None, f"{label}: uninstall hook rendered with nothing to delete")
+        return
+    if not check(job is not None, f"{label}: uninstall hook Job missing"):
+        return
+    hooks = [o for o in objects if o["metadata"].get("annotations", {}).get("helm.sh/hook") == "pre-delete"]
+    check({o["metadata"]["name"] for o in hooks} == {job["metadata"]["name"]},
+          f"{label}: pre-delete hook objects {[o['kind'] + '/' + o['metadata']['name'] for o in hooks]}")
+    weight = lambda o: int(o["metadata"]["annotations"]["helm.sh/hook-weight"])
+    check(all(weight(o) < weight(job) for o in hooks if o is not job),
+          f"{label}: the hook's ServiceAccount and RBAC must exist before its Job")
+    spec = pod_spec(job)
+    check(spec["restartPolicy"] == "Never" and spec["serviceAccountName"] == job["metadata"]["name"],
+          f"{label}: uninstall Job pod")
+    got = {}
+    for c in spec["containers"]:
+        args = c["args"]
+        check(c["command"] == ["kubectl"] and args[0] == "delete" and "--wait=true" in args,
+              f"{label}: uninstall container {c['name']} does not delete and wait: {c['command']} {args}")
+        check(c["securityContext"]["readOnlyRootFilesystem"] is True, f"{label}: uninstall container root fs")
+        ns = next((a.partition("=")[2] for a in args if a.startswith("--namespace=")), "*")
+        got[ns] = [a for a in args[1:] if not a.startswith("--")] + (["--all"] if "--all" in args else [])
+    check(got == want, f"{label}: uninstall deletes {got}, not {want}")
+    roles = [o for o in hooks if o["kind"] == "ClusterRole"]
+    check(len(roles) == 1 and roles[0]["rules"] == [{
+        "apiGroups": ["ai.flexinfer"], "resources": ["models", "modeldeployments"],
+        "verbs": ["get", "list", "watch", "delete"]}], f"{label}: uninstall rules")
+    bound = sorted(b["metadata"].get("namespace", "*") for b in hooks if b["kind"].endswith("Binding"))
+    check(bound == sorted(want), f"{label}: uninstall bound in {bound}, deletes in {sorted(want)}")
+
+
+def check_value_variants():
+    """Values that change where the chart runs or what it leaves behind,
+    rendered on top of the defaults: the scheduler released into
+    kube-system keeps system-cluster-critical; the uninstall hook deletes
+    every Model and ModelDeployment of each watched namespace, or of all
+    namespaces, with `uninstall.deleteModels=all`, and nothing with `none`."""
+    chart = Chart.load(CHART)
+
+    def objects(values, namespace=NAMESPACE):
+        out = []
+        for path, text in sorted(chart.render(values, name=RELEASE, namespace=namespace, is_install=True).items()):
+            if not path.endswith("NOTES.txt"):
+                out.extend(doc | {"__template__": path} for doc in yaml.safe_load_all(text) if doc)
+        return out
+
+    rendered = objects({"scheduler": {"enabled": True}}, namespace="kube-system")
+    dep = find(rendered, "Deployment", "flexinfer-scheduler")
+    check(pod_spec(dep).get("priorityClassName") == "system-cluster-critical",
+          "kube-system release: kube-scheduler without system-cluster-critical")
+    all_kinds = ["models.ai.flexinfer,modeldeployments.ai.flexinfer", "--all"]
+    for label, values, want in [
+        ("uninstall all, two namespaces", {"uninstall": {"deleteModels": "all"}, "watch": {"namespaces": ["a", "b"]}},
+         {"a": all_kinds, "b": all_kinds}),
+        ("uninstall all, every namespace", {"uninstall": {"deleteModels": "all"}, "watch": {"allNamespaces": True}},
+         {"*": all_kinds}),
+        ("uninstall none", {"uninstall": {"deleteModels": "none"},
+                            "models": {"m": {"spec": {"backend": "vllm", "source": "hf://org/m"}}}}, None),
+        ("uninstall release", {"models": {"m": {"spec": {"backend": "vllm", "source": "hf://org/m"}}}},
+         {NAMESPACE: ["models.ai.flexinfer/m"]}),
+    ]:
+        rendered = objects(values)
+        for obj in rendered:
+            if obj["kind"] in ("Job", "RoleBinding", "ClusterRoleBinding", "ClusterRole") and "uninstall" in obj["metadata"]["name"]:
+                kube_valid(strip(obj), f"{label}: {obj['kind']}")
+        check_uninstall(rendered, label, {"fullname": RELEASE, "uninstall": want})
 
 
 def check_monitoring(objects, label, expect):
@@ -778,7 +888,7 @@ def cases(chart):
             "components": {"gateway", "agent"}, "models": [],
             "controllers": {"workload": "flexinfer-proxy", "scheduler_name": None,
                             "flashload_image": f"ghcr.io/flexinfer/flexinfer-flashload:{app}",
-                            "quantizer_image": None, "leader_elect": False,
+                            "quantizer_image": None, "leader_elect": True,
                             "lease": "flexinfer-operator", "image_overrides": {}},
         }),
         ("values-all.yaml", values_file("values-all.yaml"), {
@@ -788,8 +898,13 @@ def cases(chart):
             "embedded": False, "replicas": 3, "all_namespaces": False, "namespaces": "team-a,team-b",
             "service_port": 443, "auth": {"name": "flexinfer-api-keys", "key": "keys"},
             "scheduler_enabled": True, "scheduler_name": "gpu-aware", "monitoring": True,
-            "components": {"gateway", "operator", "sched", "agent", "scheduler"},
+            "kube_scheduler": {"image": "registry.k8s.io/kube-scheduler:v1.32.4",
+                               "priority": "flexinfer-critical", "auth_reader": True},
+            "components": {"gateway", "operator", "sched", "agent", "scheduler", "uninstall"},
             "models": ["qwen3-0-6b", "qwen3-8b-awq"],
+            # The release's Models are deleted before the operator goes.
+            "uninstall": {"team-a": ["models.ai.flexinfer/qwen3-0-6b"],
+                          NAMESPACE: ["models.ai.flexinfer/qwen3-8b-awq"]},
             "operator": {"replicas": 2, "watch_namespace": None, "lease": "flexinfer-controllers",
                          "federation": 3},
             "controllers": {"workload": "flexinfer-fi-operator", "scheduler_name": "gpu-aware",
@@ -807,6 +922,9 @@ def cases(chart):
             "embedded": True, "replicas": 3, "all_namespaces": True, "namespaces": "",
             "service_port": 80, "auth": None, "scheduler_enabled": True,
             "scheduler_name": "flexinfer-scheduler", "monitoring": False,
+            # The cluster's kube-scheduler, no priority class and nothing in
+            # kube-system outside kube-system (managed clusters refuse them).
+            "kube_scheduler": {"image": None, "priority": None, "auth_reader": False},
             "components": {"gateway", "sched", "agent", "scheduler"}, "models": [],
             # The embedded controllers send model pods to the FlexInfer
             # scheduler and get the operator's images and operator.env.
@@ -829,7 +947,7 @@ def cases(chart):
                          "federation": 2},
             "controllers": {"workload": "flexinfer-operator", "scheduler_name": None,
                             "flashload_image": f"ghcr.io/flexinfer/flexinfer-flashload:{app}",
-                            "quantizer_image": None, "leader_elect": False,
+                            "quantizer_image": None, "leader_elect": True,
                             "lease": "flexinfer-operator", "image_overrides": {}},
             # Every namespace watched: get on Secrets in the ClusterRole.
             "secrets": {"component": "operator", "namespaces": None},
@@ -901,6 +1019,7 @@ def main() -> int:
     check_schema_rejects_mistakes(chart.values)
     check_refused_combinations()
     check_values_documented()
+    check_value_variants()
 
     summary = []
     controllers = []
@@ -929,6 +1048,7 @@ def main() -> int:
         check_controllers(objects, label, expect)
         check_scheduler(objects, label, expect)
         check_monitoring(objects, label, expect)
+        check_uninstall(objects, label, expect)
         check_rbac(objects, label, expect)
         check_models(objects, label, expect)
         summary.extend(summarize(objects, label))

@@ -32,8 +32,10 @@ pub struct Cli {
     /// Namespace to watch; all namespaces when unset.
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
-    /// Run only while holding the coordination.k8s.io Lease (for more than
-    /// one replica).
+    /// Run the controllers only while holding the coordination.k8s.io Lease,
+    /// stopping them when it is lost and starting them again when it is
+    /// regained. Needed wherever two replicas may run at once (several, or
+    /// an old and a new pod in a rollout); the chart always sets it.
     #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
     pub leader_elect: bool,
     /// Namespace of the leader-election Lease.

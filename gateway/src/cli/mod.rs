@@ -105,7 +105,10 @@ pub struct Cli {
     pub embedded_operator: bool,
 
     /// With --embedded-operator: only the replica holding the leader Lease
-    /// runs the controllers (needed with more than one gateway replica).
+    /// runs the controllers; one that loses it stops them and starts them
+    /// again when it leads again. Needed wherever two gateway pods may run
+    /// at once (several replicas, or a rolling update); the chart always
+    /// sets it.
     #[arg(long, env = "FLEXINFER_LEADER_ELECT", value_parser = BoolishValueParser::new())]
     pub leader_elect: bool,
 

@@ -201,6 +201,7 @@ fn operator_view(kind: &str, version: &str, object: &Value) -> Result<Value, Str
 #[test]
 fn every_crd_and_documented_object_is_accepted_as_written() {
     let Some(plane) = plane() else { return };
+    let _schemas = CRD_SCHEMAS.read().unwrap_or_else(|e| e.into_inner());
     install_crds(plane);
     let objects = documented_objects();
     assert!(objects.len() >= 15, "found only {} objects", objects.len());
@@ -327,6 +328,8 @@ fn crds_share_a_category_and_short_names_no_built_in_uses() {
 
 /// `helm` of the control plane, panicking with its output on failure.
 fn helm(plane: &ControlPlane, args: &[&str]) -> String {
+    // Helm applies the chart's CRDs on install.
+    let _schemas = CRD_SCHEMAS.read().unwrap_or_else(|e| e.into_inner());
     let out = plane
         .helm()
         .args(args)
@@ -398,6 +401,44 @@ fn helm_installs_upgrades_and_uninstalls_the_chart() {
             deployments.contains("flexinfer-proxy"),
             "{release}: the gateway Deployment exists: {deployments}"
         );
+        if release == "extender" {
+            // The second kube-scheduler runs the API server's version, and
+            // nothing is written in kube-system (managed clusters refuse it).
+            let version: Value =
+                serde_json::from_str(&kubectl(plane, &["version", "-o", "json"])).expect("JSON");
+            let server = version["serverVersion"]["gitVersion"]
+                .as_str()
+                .expect("server version");
+            let image = kubectl(
+                plane,
+                &[
+                    "get",
+                    "deploy",
+                    "-n",
+                    namespace,
+                    "-l",
+                    "app.kubernetes.io/component=kube-scheduler",
+                    "-o",
+                    "jsonpath={.items[*].spec.template.spec.containers[*].image}",
+                ],
+            );
+            assert_eq!(image, format!("registry.k8s.io/kube-scheduler:{server}"));
+            let selector = format!("app.kubernetes.io/instance={release}");
+            let in_kube_system = kubectl(
+                plane,
+                &[
+                    "get",
+                    "rolebindings,roles",
+                    "-n",
+                    "kube-system",
+                    "-l",
+                    &selector,
+                    "-o",
+                    "name",
+                ],
+            );
+            assert!(in_kube_system.trim().is_empty(), "{in_kube_system}");
+        }
         // kube-controller-manager turns each Deployment into a ReplicaSet.
         let mut replica_sets = String::new();
         for _ in 0..100 {
@@ -794,4 +835,297 @@ async fn an_event_with_a_long_note_is_recorded() {
     assert_eq!(recorded.len(), 1, "{listed}");
     assert!(recorded[0].len() <= 1024);
     assert!(note.starts_with(recorded[0].trim_end_matches('…')));
+/// Keeps the test that installs an older CRD apart (writer) from those
+/// that need the chart's CRDs as they are (readers): `helm install` applies
+/// the chart's CRDs and fails on a changed one; the documented objects
+/// need every field.
+static CRD_SCHEMAS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// The documented upgrade path of the CRDs, which `helm upgrade` never
+/// touches: with an older GlobalProxy CRD (no `spec.failoverOrder`) the API
+/// server prunes that field from what it stores; `kubectl apply
+/// --server-side --force-conflicts -f helm/flexinfer/crds/`, as
+/// docs/operations.md and the chart README write it, brings the field back
+/// over the CRDs Helm installed.
+#[test]
+fn the_documented_crd_upgrade_keeps_fields_an_older_crd_prunes() {
+    let Some(plane) = plane() else { return };
+    let _schemas = CRD_SCHEMAS.write().unwrap_or_else(|e| e.into_inner());
+    let documented = "kubectl apply --server-side --force-conflicts -f helm/flexinfer/crds/";
+    for doc in [
+        "docs/operations.md",
+        "helm/flexinfer/README.md",
+        "docs/quickstart.md",
+    ] {
+        let text = std::fs::read_to_string(repo_root().join(doc)).expect("doc");
+        assert!(text.contains(documented), "{doc} documents `{documented}`");
+    }
+    install_crds(plane);
+    // The chart's CRDs again however this test ends.
+    struct Restore<'a>(&'a ControlPlane);
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            let dir = repo_root().join("helm/flexinfer/crds");
+            let _ = self.0.kubectl(&[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                dir.to_str().unwrap_or_default(),
+            ]);
+        }
+    }
+    let _restore = Restore(plane);
+    let namespace = "crd-upgrade";
+    let _ = plane.kubectl(&["create", "namespace", namespace]);
+    // The CRD of an older chart: without spec.failoverOrder.
+    kubectl(
+        plane,
+        &[
+            "patch",
+            "crd",
+            "globalproxies.ai.flexinfer",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/failoverOrder"}]"#,
+        ],
+    );
+    // Written without field validation, as a controller or an older
+    // kubectl would: the API server prunes what its schema lacks.
+    let create_unvalidated = |object: &Value| -> Value {
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(file.path(), object.to_string()).expect("object file");
+        let path = file.path().to_str().expect("utf-8 path");
+        serde_json::from_str(&kubectl(
+            plane,
+            &["create", "--validate=false", "-f", path, "-o", "json"],
+        ))
+        .expect("kubectl prints JSON")
+    };
+    let proxy = |name: &str| {
+        serde_json::json!({
+            "apiVersion": "ai.flexinfer/v1alpha2", "kind": "GlobalProxy",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"externalEndpoint": "llm.example.com", "strategy": "Failover",
+                     "failoverOrder": ["b", "a"],
+                     "clusters": [{"name": "a", "endpoint": "http://a.example.com"},
+                                  {"name": "b", "endpoint": "http://b.example.com"}]},
+        })
+    };
+    // The schema change takes effect once the API server has reloaded it.
+    let mut stored = Value::Null;
+    for n in 0..50 {
+        let name = format!("before-{n}");
+        stored = create_unvalidated(&proxy(&name));
+        if stored["spec"].get("failoverOrder").is_none() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        stored["spec"].get("failoverOrder").is_none(),
+        "the older CRD prunes spec.failoverOrder: {stored}"
+    );
+
+    // The documented command, over CRDs written by another field manager.
+    let dir = repo_root().join("helm/flexinfer/crds/");
+    let dir = format!(
+        "{}/",
+        dir.to_str().expect("utf-8 path").trim_end_matches('/')
+    );
+    kubectl(
+        plane,
+        &["apply", "--server-side", "--force-conflicts", "-f", &dir],
+    );
+    let mut stored = Value::Null;
+    for n in 0..50 {
+        let name = format!("after-{n}");
+        stored = create_unvalidated(&proxy(&name));
+        if stored["spec"].get("failoverOrder").is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(
+        stored["spec"]["failoverOrder"],
+        serde_json::json!(["b", "a"]),
+        "the upgraded CRD keeps spec.failoverOrder: {stored}"
+    );
+    let _ = plane.kubectl(&["delete", "namespace", namespace, "--wait=false"]);
+}
+
+/// `helm template` for managed clusters' version strings: the second
+/// kube-scheduler's image is the API server's version without the vendor
+/// suffix, never one newer than the cluster.
+#[test]
+fn the_kube_scheduler_image_follows_the_clusters_version() {
+    let Some(plane) = plane() else { return };
+    for (cluster, tag) in [
+        ("v1.31.4-gke.1256000", "v1.31.4"),
+        ("v1.30.2+k3s1", "v1.30.2"),
+        ("v1.29.3-eks-adc7111", "v1.29.3"),
+    ] {
+        let rendered = helm(
+            plane,
+            &[
+                "template",
+                "flexinfer",
+                "helm/flexinfer",
+                "--kube-version",
+                cluster,
+                "--set",
+                "scheduler.enabled=true",
+                "--show-only",
+                "templates/scheduler-kube-scheduler.yaml",
+            ],
+        );
+        let want = format!("image: registry.k8s.io/kube-scheduler:{tag}\n");
+        assert!(rendered.contains(&want), "{cluster}: {rendered}");
+    }
+}
+
+/// `helm uninstall` of a release whose `models` holds a Model: the
+/// pre-delete hook Job deletes the Model while the gateway's controllers
+/// still run, so they remove its finalizer and it is gone, not left
+/// Terminating; uninstall then completes. There is no kubelet for the Job:
+/// the test runs the Job's container command (the real `kubectl`) on the
+/// hook's own ServiceAccount and reports the pod Succeeded, as a kubelet
+/// would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_deletes_the_releases_models_while_the_controllers_run() {
+    let Some(plane) = plane() else { return };
+    gpu_node(plane, "hook-node");
+    let namespace = "flexinfer-hook";
+    let spec = model("hooked", namespace, serde_json::json!({"enabled": false}))["spec"].clone();
+    let models = format!("models={}", serde_json::json!({"hooked": {"spec": spec}}));
+    let rel = Release::install(plane, "hook", namespace, &["--set-json", &models]).await;
+    // The controllers have taken the Model in hand (their finalizer).
+    let finalized = || {
+        plane
+            .kubectl(&[
+                "get",
+                "model",
+                "hooked",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.metadata.finalizers}",
+            ])
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while finalized().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Model got no finalizer; gateway log: {}",
+            rel.log.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    let mut uninstall = plane
+        .helm()
+        .args([
+            "uninstall",
+            "hook",
+            "--namespace",
+            namespace,
+            "--timeout",
+            "2m",
+        ])
+        .current_dir(repo_root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("helm uninstall");
+    // kube-controller-manager makes the hook Job's pod.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let pod = loop {
+        let pods: Value = serde_json::from_str(&kubectl(
+            plane,
+            &[
+                "get",
+                "pods",
+                "-n",
+                namespace,
+                "-l",
+                "app.kubernetes.io/component=uninstall",
+                "-o",
+                "json",
+            ],
+        ))
+        .expect("JSON");
+        if let Some(pod) = pods["items"].as_array().and_then(|p| p.first()) {
+            break pod.clone();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = uninstall.kill();
+            panic!("no pre-delete hook pod: {:?}", uninstall.wait_with_output());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    // The kubelet's part: run each container as the pod's ServiceAccount.
+    let account = pod["spec"]["serviceAccountName"].as_str().expect("account");
+    let kubeconfig = plane.kubeconfig_for(namespace, account);
+    let bin = flexinfer_testkube::real::binaries().expect("control plane binaries");
+    let mut statuses = Vec::new();
+    for c in pod["spec"]["containers"].as_array().expect("containers") {
+        assert_eq!(c["command"], serde_json::json!(["kubectl"]));
+        let args: Vec<&str> = c["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("string"))
+            .collect();
+        let out = tokio::process::Command::new(bin.join("kubectl"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(&args)
+            .output()
+            .await
+            .expect("kubectl");
+        assert!(
+            out.status.success(),
+            "hook container {}: kubectl {args:?}: {}",
+            c["name"],
+            String::from_utf8_lossy(&out.stderr)
+        );
+        statuses.push(serde_json::json!({
+            "name": c["name"], "image": c["image"], "imageID": "", "ready": false,
+            "restartCount": 0, "started": false,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                     "startedAt": "2026-01-01T00:00:00Z",
+                                     "finishedAt": "2026-01-01T00:00:01Z"}},
+        }));
+    }
+    // kubectl delete --wait returned: the controllers removed the finalizer.
+    let left = kubectl(plane, &["get", "models", "-n", namespace, "-o", "name"]);
+    assert!(left.trim().is_empty(), "Models left after the hook: {left}");
+    let name = pod["metadata"]["name"].as_str().expect("pod name");
+    let status = serde_json::json!({"status": {"phase": "Succeeded",
+        "containerStatuses": statuses,
+        "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}]}});
+    kubectl(
+        plane,
+        &[
+            "patch",
+            "pod",
+            name,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ],
+    );
+    let out = tokio::task::spawn_blocking(move || uninstall.wait_with_output())
+        .await
+        .expect("join")
+        .expect("helm uninstall output");
+    assert!(
+        out.status.success(),
+        "helm uninstall: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(rel.gateway);
 }

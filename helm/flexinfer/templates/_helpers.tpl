@@ -126,10 +126,44 @@ securityContext:
 {{- end }}
 
 {{/*
-Whether the controllers run with more than one replica (leader election).
+Whether the gateway's embedded controllers elect a leader: always when they
+run, whatever the replica count, since a rolling update (maxSurge) runs an
+old and a new pod side by side and both would reconcile.
 */}}
 {{- define "flexinfer.gatewayLeaderElect" -}}
-{{- if and .Values.gateway.embeddedOperator (gt (int .Values.gateway.replicas) 1) }}true{{ end }}
+{{- if .Values.gateway.embeddedOperator }}true{{ end }}
+{{- end }}
+
+{{/*
+The cluster's Kubernetes version as an image tag, vX.Y.Z: .Capabilities
+.KubeVersion without a vendor suffix (v1.31.4-gke.1256000 -> v1.31.4,
+v1.30.2+k3s1 -> v1.30.2, v1.29.3-eks-adc7111 -> v1.29.3).
+*/}}
+{{- define "flexinfer.kubeVersionTag" -}}
+v{{ regexFind "^[0-9]+\\.[0-9]+\\.[0-9]+" (trimPrefix "v" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+
+{{/*
+Image of the second kube-scheduler: scheduler.kubeScheduler.image when set,
+else <repository>:<the cluster's version>, so that it never runs newer than
+the API server (kube-scheduler may not be newer than kube-apiserver).
+*/}}
+{{- define "flexinfer.kubeSchedulerImage" -}}
+{{- $ks := .Values.scheduler.kubeScheduler }}
+{{- $ks.image | default (printf "%s:%s" $ks.repository (include "flexinfer.kubeVersionTag" .)) }}
+{{- end }}
+
+{{/*
+Priority class of the second kube-scheduler: scheduler.kubeScheduler
+.priorityClassName when set; else system-cluster-critical in kube-system,
+the only namespace where managed clusters (GKE's default ResourceQuota)
+admit it; else none.
+*/}}
+{{- define "flexinfer.kubeSchedulerPriorityClass" -}}
+{{- $ks := .Values.scheduler.kubeScheduler }}
+{{- if $ks.priorityClassName }}{{ $ks.priorityClassName }}
+{{- else if eq .Release.Namespace "kube-system" }}system-cluster-critical
+{{- end }}
 {{- end }}
 
 {{/*

@@ -22,18 +22,24 @@ pub struct LeaderElection {
     pub identity: String,
     /// How long a lease is valid without renewal.
     pub lease_duration: Duration,
+    /// How long the holder keeps leading while renewals fail: shorter than
+    /// `lease_duration`, so that it has stopped before another replica may
+    /// take the expired lease.
+    pub renew_deadline: Duration,
     /// How often the holder renews (and candidates retry).
     pub retry_period: Duration,
 }
 
 impl LeaderElection {
-    /// Settings with the usual timings (15 s lease, 2 s retry).
+    /// Settings with the usual timings (15 s lease, 10 s renew deadline,
+    /// 2 s retry; those of client-go's leader election).
     pub fn new(namespace: &str, identity: &str) -> LeaderElection {
         LeaderElection {
             lease_name: "flexinfer-operator".to_owned(),
             namespace: namespace.to_owned(),
             identity: identity.to_owned(),
             lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         }
     }
@@ -144,7 +150,7 @@ pub struct HeldLease {
 impl HeldLease {
     /// Renews the lease every retry period until `stop` fires (then
     /// releases it and returns `Ok`), or returns an error once renewal has
-    /// failed for a whole lease duration or another replica took it.
+    /// failed for the renew deadline or another replica took it.
     pub async fn keep_renewing(
         self,
         mut stop: tokio::sync::oneshot::Receiver<()>,
@@ -166,11 +172,11 @@ impl HeldLease {
                 ),
                 Err(e) => {
                     tracing::warn!(error = %e, "lease renewal failed");
-                    if last_ok.elapsed() >= self.settings.lease_duration {
+                    if last_ok.elapsed() >= self.settings.renew_deadline {
                         anyhow::bail!(
                             "leadership lost: could not renew lease {} for {:?}",
                             self.settings.lease_name,
-                            self.settings.lease_duration
+                            self.settings.renew_deadline
                         );
                     }
                 }

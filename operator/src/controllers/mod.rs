@@ -248,18 +248,21 @@ pub async fn check_crds_named(client: &Client, names: &[&str]) -> anyhow::Result
 }
 
 /// Runs every FlexInfer controller until `shutdown` completes (graceful:
-/// reconciles in flight finish) or leadership is lost (an error).
+/// reconciles in flight finish).
 ///
-/// With `settings.leader_election`, the controllers start only once this
-/// process holds the Lease, and stop when it can no longer renew it.
-/// `settings.check_crds` fails early, with a message saying which CRDs
-/// are missing.
+/// With `settings.leader_election`, the controllers run only while this
+/// process holds the Lease: they start once it is acquired, stop at once
+/// when it is lost (another replica took it, or renewal failed for a
+/// whole lease duration), and start again when it is regained, in the same
+/// process; on shutdown the Lease is released so that another replica
+/// takes over without waiting for it to expire. `settings.check_crds`
+/// fails early, with a message saying which CRDs are missing.
 pub async fn run(
     client: Client,
     settings: ControllerSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let shutdown = shutdown.boxed().shared();
+    let shutdown: Shutdown = shutdown.boxed().shared();
     if settings.check_crds {
         check_crds(&client).await?;
         if settings.federation.is_some() {
@@ -267,17 +270,63 @@ pub async fn run(
         }
     }
     let ctx = Context::new(client.clone(), settings)?;
-    let lease = match ctx.settings.leader_election.clone() {
-        Some(le) => {
-            let held = tokio::select! {
-                held = le.acquire(client.clone(), ctx.settings.clock.clone()) => held?,
-                () = shutdown.clone() => return Ok(()),
-            };
-            Some(held)
-        }
-        None => None,
+    let Some(le) = ctx.settings.leader_election.clone() else {
+        ctx.settings.ready.store(true, Ordering::SeqCst);
+        run_controllers(ctx.clone(), shutdown).await;
+        ctx.settings.ready.store(false, Ordering::SeqCst);
+        return Ok(());
     };
-    ctx.settings.ready.store(true, Ordering::SeqCst);
+    loop {
+        let held = tokio::select! {
+            held = le.clone().acquire(client.clone(), ctx.settings.clock.clone()) => held?,
+            () = shutdown.clone() => return Ok(()),
+        };
+        ctx.settings.ready.store(true, Ordering::SeqCst);
+        let term = lead(ctx.clone(), held, shutdown.clone()).await;
+        ctx.settings.ready.store(false, Ordering::SeqCst);
+        match term {
+            Term::ShutDown(released) => return released,
+            Term::Lost(why) => tracing::warn!(
+                error = %why,
+                lease = %le.lease_name,
+                "controllers stopped: leadership lost; waiting to lead again"
+            ),
+        }
+    }
+}
+
+/// The shutdown trigger, shared by every controller.
+type Shutdown = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
+
+/// How one term as leader ended.
+enum Term {
+    /// Shutdown: the controllers finished; the Lease release's outcome.
+    ShutDown(anyhow::Result<()>),
+    /// The Lease was lost; the controllers were stopped.
+    Lost(anyhow::Error),
+}
+
+/// Runs the controllers while `held` is renewed. Losing the Lease drops
+/// them at once (a reconcile in flight is cancelled, its watches closed):
+/// another replica now leads, and two writers would fight.
+async fn lead(ctx: Arc<Context>, held: leader::HeldLease, shutdown: Shutdown) -> Term {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let renew = held.keep_renewing(stop_rx);
+    let controllers = run_controllers(ctx, shutdown);
+    tokio::pin!(renew);
+    tokio::pin!(controllers);
+    tokio::select! {
+        () = &mut controllers => {
+            // Release the lease so another replica takes over at once.
+            let _ = stop_tx.send(());
+            Term::ShutDown(renew.await)
+        }
+        lost = &mut renew => Term::Lost(lost.unwrap_err_or("leadership lost")),
+    }
+}
+
+/// Every controller of `ctx`, until `shutdown` completes.
+async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
     let controllers = futures::future::join5(
         model::run(ctx.clone(), shutdown.clone()),
         model_deployment::run(ctx.clone(), shutdown.clone()),
@@ -293,33 +342,12 @@ pub async fn run(
             }
         }
     };
-    let controllers = futures::future::join(controllers, federation);
-    let controllers = futures::future::join(
+    futures::future::join3(
         controllers,
-        model_catalog::run(ctx.clone(), shutdown.clone()),
-    );
-    let result = match lease {
-        Some(held) => {
-            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let renew = held.keep_renewing(stop_rx);
-            tokio::pin!(renew);
-            tokio::pin!(controllers);
-            tokio::select! {
-                _ = &mut controllers => {
-                    // Release the lease so another replica takes over at once.
-                    let _ = stop_tx.send(());
-                    renew.await
-                }
-                lost = &mut renew => Err(lost.unwrap_err_or("leadership lost")),
-            }
-        }
-        None => {
-            controllers.await;
-            Ok(())
-        }
-    };
-    ctx.settings.ready.store(false, Ordering::SeqCst);
-    result
+        federation,
+        model_catalog::run(ctx.clone(), shutdown),
+    )
+    .await;
 }
 
 trait LostExt {

@@ -157,6 +157,100 @@ async fn a_held_lease_keeps_a_second_replica_waiting() {
     task.abort();
 }
 
+/// A contender of the Lease `flexinfer-operator` on the system clock, with
+/// timings short enough for a test: its settings and its ready flag.
+fn contender(identity: &str) -> (ControllerSettings, Arc<std::sync::atomic::AtomicBool>) {
+    let mut s = settings();
+    s.clock = Arc::new(controllers::SystemClock);
+    let mut le = LeaderElection::new("default", identity);
+    le.lease_duration = Duration::from_secs(1);
+    le.renew_deadline = Duration::from_millis(700);
+    le.retry_period = Duration::from_millis(100);
+    s.leader_election = Some(le);
+    let ready = s.ready.clone();
+    (s, ready)
+}
+
+/// Two replicas contend for the Lease. The leader that loses it stops its
+/// controllers but keeps running, and once the other replica lets the
+/// Lease go it leads again in the same process: its controllers start
+/// afresh and reconcile a Model created after the hand-back.
+#[tokio::test]
+async fn a_replica_that_loses_the_lease_leads_again_once_it_is_free() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let server = TestApiServer::builder()
+        .bookmark_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let client = server.client();
+    let (a, a_ready) = contender("replica-a");
+    let a_task = tokio::spawn(controllers::run(
+        client.clone(),
+        a,
+        std::future::pending::<()>(),
+    ));
+    eventually("replica-a leads", || async {
+        a_ready.load(SeqCst).then_some(())
+    })
+    .await;
+
+    let (b, b_ready) = contender("replica-b");
+    let (b_stop, b_stopped) = tokio::sync::oneshot::channel::<()>();
+    let b_task = tokio::spawn(controllers::run(client.clone(), b, async {
+        let _ = b_stopped.await;
+    }));
+    // replica-a's renewals stall (a partition, a paused process) while
+    // replica-b takes the Lease over: written as replica-b's own.
+    let leases: Api<Lease> = Api::default_namespaced(client.clone());
+    let mut lease = leases.get("flexinfer-operator").await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some("replica-b".into());
+    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    leases
+        .replace("flexinfer-operator", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    eventually("replica-b leads, replica-a stopped", || async {
+        (b_ready.load(SeqCst) && !a_ready.load(SeqCst)).then_some(())
+    })
+    .await;
+    assert!(
+        !a_task.is_finished(),
+        "replica-a ended instead of waiting to lead again"
+    );
+
+    // replica-b shuts down and releases the Lease: replica-a leads again.
+    b_stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), b_task)
+        .await
+        .expect("replica-b stops")
+        .unwrap()
+        .unwrap();
+    eventually("replica-a leads again", || async {
+        a_ready.load(SeqCst).then_some(())
+    })
+    .await;
+    let lease = leases.get("flexinfer-operator").await.unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some("replica-a")
+    );
+    let models: Api<Model> = Api::default_namespaced(client.clone());
+    models
+        .create(&PostParams::default(), &cpu_model("after-handback"))
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    eventually("replica-a reconciles a new Model", || async {
+        deployments.get_opt("after-handback").await.unwrap()
+    })
+    .await;
+    a_task.abort();
+}
+
 #[tokio::test]
 async fn missing_crds_fail_with_a_clear_message() {
     let server = TestApiServer::start().await;

@@ -234,7 +234,7 @@ fn chart_flags_and_env_are_understood_by_the_binaries() {
 /// each values set: the FlexInfer scheduler for model pods when
 /// `scheduler.enabled`, the flash-loader image, the quantizer image when
 /// set, the image overrides of `operator.env`, leader election with the
-/// chart's Lease when there is more than one replica, and federation with
+/// chart's Lease whatever the replica count, and federation with
 /// its failure threshold.
 #[test]
 fn chart_controller_settings_are_read_by_the_binary_that_runs_them() {
