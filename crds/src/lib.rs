@@ -15,6 +15,7 @@
 //!   `flexinfer.ai/routing` annotation.
 //! - [`conditions`] and [`quantity`]: reading `status.conditions` and
 //!   Kubernetes quantities.
+//! - [`rbac`]: the shape of the components' API-call tables (RBAC).
 //! - [`manifests`]: rendering of the CustomResourceDefinition YAML that the
 //!   `flexinfer-crdgen` binary writes and the Helm chart ships.
 //!
@@ -30,6 +31,7 @@ pub mod gpu;
 pub mod labels;
 pub mod manifests;
 pub mod quantity;
+pub mod rbac;
 pub mod routing;
 pub mod v1alpha1;
 pub mod v1alpha2;

@@ -12,6 +12,7 @@
 //!   share), mapped into the extender's integer range `0..=10`.
 //! - [`tps`]: where measured tokens/s come from (benchmark ConfigMaps).
 //! - [`tenant`]: the optional fair-share adjustment.
+//! - [`rbac`]: the Kubernetes API calls of the extender, as RBAC grants.
 //!
 //! The decision code is pure: it works on [`facts::PodFacts`] and
 //! [`facts::NodeFacts`] parsed from the request, and reads cluster state only
@@ -36,6 +37,7 @@ pub mod metrics;
 pub mod normalize;
 pub mod response;
 pub mod scan;
+pub mod rbac;
 pub mod score;
 pub mod server;
 pub mod tenant;
