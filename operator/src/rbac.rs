@@ -65,7 +65,10 @@ pub const CONTROLLER_GRANTS: &[Grant] = &[
     Grant::new(Scope::Watched, (G, "models/finalizers", &["update"])),
     Grant::new(Scope::Watched, (G, "modeldeployments", &["get", "patch"])),
     Grant::new(Scope::Watched, (G, "modeldeployments/status", &["patch"])),
-    Grant::new(Scope::Watched, (G, "modeldeployments/finalizers", &["update"])),
+    Grant::new(
+        Scope::Watched,
+        (G, "modeldeployments/finalizers", &["update"]),
+    ),
     Grant::new(Scope::Watched, (G, "gpugroups", &["get"])),
     Grant::new(Scope::Watched, (G, "gpugroups/status", &["patch"])),
     Grant::new(Scope::Watched, (G, "modelcaches", &["get"])),
@@ -99,7 +102,11 @@ pub const CONTROLLER_GRANTS: &[Grant] = &[
     Grant::new(Scope::Cluster, ("", "nodes", &["list"])),
     Grant::new(
         Scope::Cluster,
-        ("apiextensions.k8s.io", "customresourcedefinitions", &["get"]),
+        (
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            &["get"],
+        ),
     )
     .by_name(),
     Grant::new(Scope::Own, ("coordination.k8s.io", "leases", &["create"]))
@@ -115,8 +122,7 @@ pub const CONTROLLER_GRANTS: &[Grant] = &[
     Grant::new(Scope::Watched, (G, "clusters", &["get"])).when(When::Federation),
     Grant::new(Scope::Watched, (G, "clusters/status", &["patch"])).when(When::Federation),
     Grant::new(Scope::Watched, (G, "federatedmodels", &["get", "patch"])).when(When::Federation),
-    Grant::new(Scope::Watched, (G, "federatedmodels/status", &["patch"]))
-        .when(When::Federation),
+    Grant::new(Scope::Watched, (G, "federatedmodels/status", &["patch"])).when(When::Federation),
     Grant::new(Scope::Watched, ("", "secrets", &["get"])).when(When::ReadsSecrets),
 ];
 
@@ -162,13 +168,17 @@ mod tests {
     #[test]
     fn no_grant_for_calls_the_controllers_do_not_make() {
         let granted = |group: &str, resource: &str, verb: &str| {
-            CONTROLLER_GRANTS.iter().any(|g| {
-                g.rule.0 == group && g.rule.1 == resource && g.rule.2.contains(&verb)
-            })
+            CONTROLLER_GRANTS
+                .iter()
+                .any(|g| g.rule.0 == group && g.rule.1 == resource && g.rule.2.contains(&verb))
         };
         assert!(!CONTROLLER_GRANTS.iter().any(|g| g.rule.1 == "configmaps"));
         assert!(!granted("", "events", "create"));
-        for (group, resource) in [(G, "models"), (G, "modeldeployments"), ("apps", "deployments")] {
+        for (group, resource) in [
+            (G, "models"),
+            (G, "modeldeployments"),
+            ("apps", "deployments"),
+        ] {
             assert!(!granted(group, resource, "update"), "{resource}");
         }
         for verb in ["get", "watch"] {
