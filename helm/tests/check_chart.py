@@ -561,6 +561,18 @@ def check_rbac(objects, label, expect):
     leases = {role["metadata"]["name"][len(prefix):] for role in all_roles
               if role["kind"] == "Role" and role["metadata"]["namespace"] == NAMESPACE and "leases" in rules_text(role)}
     check(leases == set(expect["leases"]), f"{label}: Lease grants for {sorted(leases)}, expected {sorted(expect['leases'])}")
+    # The agent may write only its own Node.
+    policies = by_kind(objects, "ValidatingAdmissionPolicy")
+    if "agent" in expect["components"]:
+        agent_user = f"system:serviceaccount:{NAMESPACE}:{prefix}agent"
+        check(len(policies) == 1 and agent_user in policies[0]["spec"]["matchConditions"][0]["expression"]
+              and "authentication.kubernetes.io/node-name" in policies[0]["spec"]["validations"][0]["expression"],
+              f"{label}: no ValidatingAdmissionPolicy keeps the agent to its own Node")
+        bindings = by_kind(objects, "ValidatingAdmissionPolicyBinding")
+        check(len(bindings) == 1 and policies and bindings[0]["spec"]["policyName"] == policies[0]["metadata"]["name"]
+              and bindings[0]["spec"]["validationActions"] == ["Deny"], f"{label}: the agent's policy is not bound (Deny)")
+    else:
+        check(not policies, f"{label}: an admission policy without the agent")
     # Workloads run as their own component's ServiceAccount.
     for w in by_kind(objects, "Deployment") + by_kind(objects, "DaemonSet"):
         component = w["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
