@@ -15,6 +15,7 @@
 //!   `flexinfer.ai/routing` annotation.
 //! - [`conditions`] and [`quantity`]: reading `status.conditions` and
 //!   Kubernetes quantities.
+//! - [`rbac`]: the shape of the components' API-call tables (RBAC).
 //! - [`manifests`]: rendering of the CustomResourceDefinition YAML that the
 //!   `flexinfer-crdgen` binary writes and the Helm chart ships.
 //! - [`yaml11`]: which plain YAML scalars a YAML 1.1 reader takes for
@@ -33,6 +34,7 @@ pub mod labels;
 pub mod manifests;
 pub mod names;
 pub mod quantity;
+pub mod rbac;
 pub mod routing;
 pub mod v1alpha1;
 pub mod v1alpha2;

@@ -645,25 +645,44 @@ def check_rbac(objects, label, expect):
             )
     check_secret_grants(all_roles, label, expect)
     check_global_gateway_role(all_roles, bindings, label, expect)
-    # Per-component shape: what each one must not be able to do.
-    agent = roles.get(("ClusterRole", prefix + "agent"))
-    if agent:
-        granted = {(r, v) for rule in agent["rules"] for r in rule["resources"] for v in rule["verbs"]}
-        check(granted <= {("nodes", "get"), ("nodes", "patch"), ("pods", "list")}, f"{label}: agent rules {sorted(granted)}")
-    sched = roles.get(("ClusterRole", prefix + "sched"))
-    if sched:
-        verbs = {v for rule in sched["rules"] for v in rule["verbs"]}
-        check(verbs <= {"list", "watch"}, f"{label}: extender verbs {verbs}")
+    # Per-component shape: what each one must not be able to do (the Rust
+    # test compares every grant with the code's tables).
+    def granted(component, kind=None):
+        return {(r, v) for role in all_roles if role["metadata"]["name"] == prefix + component
+                and kind in (None, role["kind"])
+                for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    check(granted("agent") <= {("nodes", "get"), ("nodes", "patch"), ("pods", "list")},
+          f"{label}: agent rules {sorted(granted('agent'))}")
+    check({v for _, v in granted("sched")} <= {"list", "watch"}, f"{label}: extender verbs {granted('sched')}")
     gateway = roles.get(("ClusterRole", prefix + "gateway"))
     check((gateway is None) == bool(expect.get("global")), f"{label}: gateway ClusterRole {'rendered' if gateway else 'missing'}")
-    if gateway and not expect["embedded"]:
-        verbs = {v for rule in gateway["rules"] for v in rule["verbs"]}
+    if not expect.get("global") and not expect["embedded"]:
+        verbs = {v for _, v in granted("gateway")}
         check(not verbs & {"create", "update", "delete"}, f"{label}: gateway without operator has {verbs}")
-    if gateway and expect["embedded"]:
-        check("leases" in rules_text(gateway), f"{label}: embedded operator cannot take its Lease")
-    operator = roles.get(("ClusterRole", prefix + "operator"))
-    if operator:
-        check("leases" in rules_text(operator), f"{label}: operator cannot take its Lease")
+    # Writes outside the watched namespaces: none, unless every namespace
+    # is watched.
+    if not expect["all_namespaces"]:
+        writes = {"create", "update", "patch", "delete"}
+        for role in by_kind(objects, "ClusterRole"):
+            for rule in role["rules"]:
+                cluster_scoped = set(rule["resources"]) <= {"nodes", "customresourcedefinitions"}
+                check(cluster_scoped or not writes & set(rule["verbs"]),
+                      f"{label}: ClusterRole/{role['metadata']['name']} writes {rule['resources']} in every namespace")
+    leases = {role["metadata"]["name"][len(prefix):] for role in all_roles
+              if role["kind"] == "Role" and role["metadata"]["namespace"] == NAMESPACE and "leases" in rules_text(role)}
+    check(leases == set(expect["leases"]), f"{label}: Lease grants for {sorted(leases)}, expected {sorted(expect['leases'])}")
+    # The agent may write only its own Node.
+    policies = by_kind(objects, "ValidatingAdmissionPolicy")
+    if "agent" in expect["components"]:
+        agent_user = f"system:serviceaccount:{NAMESPACE}:{prefix}agent"
+        check(len(policies) == 1 and agent_user in policies[0]["spec"]["matchConditions"][0]["expression"]
+              and "authentication.kubernetes.io/node-name" in policies[0]["spec"]["validations"][0]["expression"],
+              f"{label}: no ValidatingAdmissionPolicy keeps the agent to its own Node")
+        bindings = by_kind(objects, "ValidatingAdmissionPolicyBinding")
+        check(len(bindings) == 1 and policies and bindings[0]["spec"]["policyName"] == policies[0]["metadata"]["name"]
+              and bindings[0]["spec"]["validationActions"] == ["Deny"], f"{label}: the agent's policy is not bound (Deny)")
+    else:
+        check(not policies, f"{label}: an admission policy without the agent")
     # Workloads run as their own component's ServiceAccount.
     for w in by_kind(objects, "Deployment") + by_kind(objects, "DaemonSet"):
         component = w["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
@@ -725,6 +744,42 @@ def check_models(objects, label, expect):
 
 
 # ---------------------------------------------------------------------------
+
+
+def rbac_settings(defaults, values, label, expect):
+    """What decides each component's grants for one values set: the
+    watched namespaces (None: all), the release namespace, the component
+    running the controllers and the settings that add grants (the names of
+    flexinfer_crds::rbac::When), per component."""
+    v = merge(copy.deepcopy(defaults), copy.deepcopy(values or {}))
+    operator = v["operator"]["enabled"]
+    controllers = "operator" if operator else (
+        "gateway" if v["gateway"]["embeddedOperator"] and not v["gateway"]["global"]["enabled"] else None)
+    replicas = v["operator"]["replicas"] if controllers == "operator" else v["gateway"]["replicas"]
+    federation = operator and v["operator"]["federation"]["enabled"]
+    features = {component: [] for component in expect["components"]}
+    if controllers:
+        features[controllers] += [name for name, on in [
+            ("LeaderElection", replicas > 1),
+            ("Federation", federation),
+            ("ReadsSecrets", federation or v["catalog"]["registryCredentials"]),
+        ] if on]
+    ext = v["scheduler"]["extender"]
+    if "sched" in features:
+        features["sched"] += [name for name, on in [
+            ("NodeCache", ext["nodeCache"]), ("FairShare", ext["tenantFairShare"]["enabled"])] if on]
+    if "agent" in features:
+        features["agent"] += ["KvCache"] if v["agent"]["kvCache"] else []
+    watched = None if v["watch"]["allNamespaces"] else (v["watch"]["namespaces"] or [NAMESPACE])
+    return {
+        "values": label,
+        "release": NAMESPACE,
+        "watched": watched,
+        "controllers": controllers,
+        "global": expect.get("global"),
+        "lease": v["leaderElection"]["leaseName"],
+        "features": features,
+    }
 
 
 def summarize(objects, label):
@@ -885,7 +940,7 @@ def cases(chart):
             "embedded": True, "replicas": 1, "all_namespaces": False, "namespaces": NAMESPACE,
             "service_port": 80, "auth": None, "scheduler_enabled": False,
             "scheduler_name": "flexinfer-scheduler", "monitoring": False,
-            "components": {"gateway", "agent"}, "models": [],
+            "components": {"gateway", "agent"}, "models": [], "leases": [],
             "controllers": {"workload": "flexinfer-proxy", "scheduler_name": None,
                             "flashload_image": f"ghcr.io/flexinfer/flexinfer-flashload:{app}",
                             "quantizer_image": None, "leader_elect": True,
@@ -901,7 +956,7 @@ def cases(chart):
             "kube_scheduler": {"image": "registry.k8s.io/kube-scheduler:v1.32.4",
                                "priority": "flexinfer-critical", "auth_reader": True},
             "components": {"gateway", "operator", "sched", "agent", "scheduler", "uninstall"},
-            "models": ["qwen3-0-6b", "qwen3-8b-awq"],
+            "models": ["qwen3-0-6b", "qwen3-8b-awq"], "leases": ["operator", "scheduler"],
             # The release's Models are deleted before the operator goes.
             "uninstall": {"team-a": ["models.ai.flexinfer/qwen3-0-6b"],
                           NAMESPACE: ["models.ai.flexinfer/qwen3-8b-awq"]},
@@ -926,6 +981,7 @@ def cases(chart):
             # kube-system outside kube-system (managed clusters refuse them).
             "kube_scheduler": {"image": None, "priority": None, "auth_reader": False},
             "components": {"gateway", "sched", "agent", "scheduler"}, "models": [],
+            "leases": ["gateway", "scheduler"],
             # The embedded controllers send model pods to the FlexInfer
             # scheduler and get the operator's images and operator.env.
             "controllers": {"workload": "flexinfer-proxy", "scheduler_name": "flexinfer-scheduler",
@@ -941,7 +997,7 @@ def cases(chart):
             "embedded": False, "replicas": 2, "all_namespaces": True, "namespaces": "",
             "service_port": 80, "auth": None, "scheduler_enabled": False,
             "scheduler_name": "flexinfer-scheduler", "monitoring": False,
-            "components": {"gateway", "operator"}, "models": [],
+            "components": {"gateway", "operator"}, "models": [], "leases": [],
             "global": "fleet/edge", "member_token": {"name": "member-gateway-key", "key": "key"},
             "operator": {"replicas": 1, "watch_namespace": None, "lease": "flexinfer-operator",
                          "federation": 2},
@@ -1024,6 +1080,7 @@ def main() -> int:
     summary = []
     controllers = []
     roles = []
+    settings = []
     counts = {}
     for label, values, expect in cases(chart):
         objects = render(values, label)
@@ -1053,6 +1110,7 @@ def main() -> int:
         check_models(objects, label, expect)
         summary.extend(summarize(objects, label))
         controllers.append({"values": label, **expect["controllers"]})
+        settings.append(rbac_settings(chart.values, values, label, expect))
         for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
             roles.append({
                 "values": label,
@@ -1068,6 +1126,7 @@ def main() -> int:
     if args.summary:
         with open(args.summary, "w", encoding="utf-8") as f:
             json.dump({"containers": summary, "controllers": controllers, "roles": roles,
+                       "rbac": settings,
                        "objects": counts}, f, indent=1)
     if FAILURES:
         print(f"{len(FAILURES)} chart check(s) failed:")

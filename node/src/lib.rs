@@ -13,6 +13,8 @@
 //!    ([`patch`] decides, pure; [`publish`] talks to the API server with a
 //!    server-side-apply patch).
 //!
+//! [`rbac`] lists its Kubernetes API calls as the RBAC grants the chart gives.
+//!
 //! Discovery reads files under configurable roots (`--sysfs-root`,
 //! `--proc-root`) so that it is tested on fixture trees.
 
@@ -30,3 +32,4 @@ pub mod metrics;
 pub mod nvidia;
 pub mod patch;
 pub mod publish;
+pub mod rbac;

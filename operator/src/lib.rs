@@ -17,6 +17,8 @@
 //!   settings it describes.
 //! - [`settings`]: the controllers' options, shared by the operator and the
 //!   gateway's embedded operator, and their [`controllers::ControllerSettings`].
+//! - [`rbac`]: every Kubernetes API call of the controllers, as the RBAC
+//!   grants the Helm chart gives them.
 //! - [`federation`]: cluster selection, replica split and capacity for the
 //!   federation controllers.
 //! - [`text`]: text cut to the API server's length limits.
@@ -30,5 +32,6 @@ pub mod lifecycle;
 pub mod local;
 pub mod placement;
 pub mod policy;
+pub mod rbac;
 pub mod settings;
 pub mod text;

@@ -12,6 +12,7 @@
 //!   share), mapped into the extender's integer range `0..=10`.
 //! - [`tps`]: where measured tokens/s come from (benchmark ConfigMaps).
 //! - [`tenant`]: the optional fair-share adjustment.
+//! - [`rbac`]: the Kubernetes API calls of the extender, as RBAC grants.
 //!
 //! The decision code is pure: it works on [`facts::PodFacts`] and
 //! [`facts::NodeFacts`] parsed from the request, and reads cluster state only
@@ -34,6 +35,7 @@ pub mod facts;
 pub mod filter;
 pub mod metrics;
 pub mod normalize;
+pub mod rbac;
 pub mod response;
 pub mod scan;
 pub mod score;

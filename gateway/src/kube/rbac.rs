@@ -1,12 +1,18 @@
 //! The Kubernetes permissions the gateway uses, and nothing more.
 //!
-//! Every API call of Kubernetes mode is covered by one rule here; the Helm
-//! chart's ClusterRole (or Role, per watched namespace, plus a ClusterRole
-//! for nodes) must grant exactly these.
+//! Every API call of Kubernetes mode is covered by one rule here. The
+//! gateway runs one reflector per watched namespace, so the Helm chart
+//! grants the namespaced rules through a Role in each watched namespace (a
+//! ClusterRole with every namespace watched) and the cluster-scoped ones
+//! ([`CLUSTER_SCOPED`], Nodes) through a ClusterRole: exactly these, as
+//! `docs/gen/tests/docs/helm_chart.rs` checks ([`grants`]).
 
-/// One RBAC rule: API group (empty for the core group), resource (with
-/// `/status` for the status subresource) and verbs.
-pub type RbacRule = (&'static str, &'static str, &'static [&'static str]);
+use flexinfer_crds::rbac::{Grant, Scope};
+
+pub use flexinfer_crds::rbac::RbacRule;
+
+/// The resources of [`RBAC_RULES`] that are cluster-scoped.
+pub const CLUSTER_SCOPED: &[&str] = &["nodes"];
 
 /// Every rule Kubernetes mode needs:
 ///
@@ -47,6 +53,22 @@ pub fn verbs(group: &str, resource: &str) -> &'static [&'static str] {
         .map_or(&[], |(_, _, v)| v)
 }
 
+/// [`RBAC_RULES`] with where each is granted: cluster-wide for
+/// [`CLUSTER_SCOPED`] resources, in the watched namespaces otherwise.
+pub fn grants() -> Vec<Grant> {
+    RBAC_RULES
+        .iter()
+        .map(|&rule| {
+            let scope = if CLUSTER_SCOPED.contains(&rule.1) {
+                Scope::Cluster
+            } else {
+                Scope::Watched
+            };
+            Grant::new(scope, rule)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +89,11 @@ mod tests {
         }
         assert_eq!(verbs("ai.flexinfer", "models/status"), ["patch"]);
         assert!(verbs("", "pods").is_empty());
+        let cluster: Vec<_> = grants()
+            .into_iter()
+            .filter(|g| g.scope == Scope::Cluster)
+            .map(|g| g.rule.1)
+            .collect();
+        assert_eq!(cluster, ["nodes"]);
     }
 }

@@ -351,7 +351,8 @@ const NAMESPACED_KINDS: &str = "deployments,replicasets,pods,services,serviceacc
 secrets,roles,rolebindings,poddisruptionbudgets,networkpolicies,daemonsets,jobs,leases,\
 endpointslices";
 const CLUSTER_KINDS: &str = "clusterroles,clusterrolebindings,priorityclasses,\
-validatingwebhookconfigurations,mutatingwebhookconfigurations";
+validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicies,\
+validatingadmissionpolicybindings";
 
 /// Names of what `release` left, by kind.
 fn left_by(plane: &ControlPlane, namespace: &str, release: &str) -> Vec<String> {
@@ -506,6 +507,129 @@ fn helm_installs_upgrades_and_uninstalls_the_chart() {
         let crds = kubectl(plane, &["get", "crd", "-o", "name"]);
         assert!(crds.contains("models.ai.flexinfer"), "CRDs stay: {crds}");
     }
+}
+
+/// Whether `user` may `verb` `resource` in `namespace`, as `kubectl auth
+/// can-i` answers (it exits 1 for "no").
+fn can_i(plane: &ControlPlane, user: &str, verb: &str, resource: &str, namespace: &str) -> bool {
+    match plane.kubectl(&[
+        "auth", "can-i", verb, resource, "-n", namespace, "--as", user,
+    ]) {
+        Ok(answer) => answer.trim() == "yes",
+        Err(error) => {
+            assert!(
+                !error.contains("error"),
+                "kubectl auth can-i {verb} {resource}: {error}"
+            );
+            false
+        }
+    }
+}
+
+/// With the chart's default values (one watched namespace, the release's)
+/// the gateway's ServiceAccount, which terminates untrusted traffic, may
+/// write workloads only in that namespace: the API server's own RBAC says
+/// no to a Deployment, a Pod or a Job in kube-system or any other
+/// namespace, and to Secrets anywhere. The node agent's ServiceAccount may
+/// patch Nodes by RBAC, but the chart's ValidatingAdmissionPolicy refuses
+/// a write from a token that is not bound to a pod on that Node.
+#[test]
+fn default_accounts_may_write_only_where_their_component_works() {
+    let Some(plane) = plane() else { return };
+    let namespace = "flexinfer-scope";
+    helm(
+        plane,
+        &[
+            "install",
+            "scope",
+            "helm/flexinfer",
+            "--namespace",
+            namespace,
+            "--create-namespace",
+        ],
+    );
+    kubectl(plane, &["create", "namespace", "flexinfer-elsewhere"]);
+    let gateway = format!("system:serviceaccount:{namespace}:scope-flexinfer-gateway");
+    for (verb, resource) in [
+        ("create", "deployments"),
+        ("patch", "deployments"),
+        ("delete", "services"),
+        ("create", "jobs"),
+    ] {
+        assert!(
+            can_i(plane, &gateway, verb, resource, namespace),
+            "the gateway may {verb} {resource} in its watched namespace"
+        );
+    }
+    for other in ["kube-system", "default", "flexinfer-elsewhere"] {
+        for (verb, resource) in [
+            ("create", "deployments"),
+            ("patch", "deployments"),
+            ("create", "pods"),
+            ("delete", "pods"),
+            ("create", "jobs"),
+            ("create", "configmaps"),
+            ("list", "models.ai.flexinfer"),
+        ] {
+            assert!(
+                !can_i(plane, &gateway, verb, resource, other),
+                "the gateway may {verb} {resource} in {other}"
+            );
+        }
+    }
+    for (verb, resource) in [
+        ("get", "secrets"),
+        ("create", "events"),
+        ("update", "leases"),
+    ] {
+        assert!(
+            !can_i(plane, &gateway, verb, resource, namespace),
+            "the gateway may {verb} {resource} with the defaults"
+        );
+    }
+
+    let agent = format!("system:serviceaccount:{namespace}:scope-flexinfer-agent");
+    gpu_node(plane, "scope-node");
+    assert!(
+        can_i(plane, &agent, "patch", "nodes", ""),
+        "RBAC lets the agent patch Nodes"
+    );
+    let label = r#"{"metadata":{"labels":{"flexinfer.ai/scope-test":"x"}}}"#;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let refusal = loop {
+        // The policy takes effect once the API server has loaded it.
+        match plane.kubectl(&[
+            "patch",
+            "node",
+            "scope-node",
+            "--type=merge",
+            "-p",
+            label,
+            "--as",
+            &agent,
+        ]) {
+            Err(error) => break error,
+            Ok(_) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the agent patched a Node it does not run on"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+        }
+    };
+    assert!(
+        refusal.contains("may write only the Node its pod runs on"),
+        "{refusal}"
+    );
+    kubectl(
+        plane,
+        &["patch", "node", "scope-node", "--type=merge", "-p", label],
+    );
+    helm(
+        plane,
+        &["uninstall", "scope", "--namespace", namespace, "--wait"],
+    );
 }
 
 /// Registers a Node with one NVIDIA GPU, labelled as the node agent labels

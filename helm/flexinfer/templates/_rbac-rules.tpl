@@ -1,90 +1,141 @@
 {{/*
-RBAC rules of each component, one named template per component. Each
-component's rules live in exactly one ClusterRole named
-"<fullname>-<component>" (rbac.yaml), so that they can be compared with the
-API calls the component's code makes. Verbs are the ones the code uses:
-reflectors need list + watch, server-side apply needs patch, and so on.
+RBAC rules of each component, split by where they are granted. They are
+exactly the API-call tables kept next to each component's code:
+operator/src/rbac.rs (CONTROLLER_GRANTS), gateway/src/kube/rbac.rs
+(RBAC_RULES), gateway/src/global/watch.rs (GLOBAL_RBAC_RULES),
+sched-ext/src/rbac.rs and node/src/rbac.rs (GRANTS);
+docs/gen/tests/docs/helm_chart.rs fails on a missing and on an unused
+grant. rbac.yaml places them:
+
+- ".cluster": cluster-scoped resources, in the component's ClusterRole;
+- ".watched": objects in the watched namespaces, in a Role in each (the
+  ClusterRole with watch.allNamespaces);
+- ".reflected": the list and watch of reflectors that cover one namespace or
+  all (the controllers, the extender), in the Role of the watched namespace
+  when there is one, in the ClusterRole otherwise;
+- ".own": the component's own objects (the leader-election Lease), in a Role
+  in the release namespace.
 */}}
 
-{{/* Controllers (standalone operator, or the gateway's embedded operator). */}}
-{{- define "flexinfer.rules.operator" -}}
-{{- $federation := include "flexinfer.federation" . }}
-# Reconciled custom resources (watched, finalizers added and removed).
+{{/* Controllers (standalone operator, or the gateway's embedded operator):
+reflectors on the reconciled and owned kinds. */}}
+{{- define "flexinfer.rules.operator.reflected" -}}
 - apiGroups: ["ai.flexinfer"]
   resources:
     - models
     - modeldeployments
-    - modelcaches
     - gpugroups
+    - modelcaches
     - loraadapters
-  verbs: ["get", "list", "watch", "update", "patch"]
+    - modelcatalogs
+    {{- if include "flexinfer.federation" . }}
+    - clusters
+    - federatedmodels
+    {{- end }}
+  verbs: ["list", "watch"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "watch"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{/* Controllers: calls on objects in the watched namespaces. Call with
+(dict "root" $ "secrets" true) when this component reads Secrets. */}}
+{{- define "flexinfer.rules.operator.watched" -}}
+{{- $federation := include "flexinfer.federation" .root }}
+# Each reconcile re-reads its object; Models and LoRAAdapters carry a
+# finalizer (a JSON patch); ModelDeployments are scaled with a merge patch.
+- apiGroups: ["ai.flexinfer"]
+  resources:
+    - models
+    - modeldeployments
+    - loraadapters
+    {{- if $federation }}
+    - federatedmodels
+    {{- end }}
+  verbs: ["get", "patch"]
+- apiGroups: ["ai.flexinfer"]
+  resources:
+    - gpugroups
+    - modelcaches
+    - modelcatalogs
+    {{- if $federation }}
+    - clusters
+    {{- end }}
+  verbs: ["get"]
 # Status written with server-side apply.
 - apiGroups: ["ai.flexinfer"]
   resources:
     - models/status
     - modeldeployments/status
-    - modelcaches/status
     - gpugroups/status
+    - modelcaches/status
     - loraadapters/status
-  verbs: ["get", "update", "patch"]
+    - modelcatalogs/status
+    {{- if $federation }}
+    - clusters/status
+    - federatedmodels/status
+    {{- end }}
+  verbs: ["patch"]
+# Owners of Deployments, Services, Jobs and PVCs (owner references with
+# blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
+# admission plugin allows only with this).
 - apiGroups: ["ai.flexinfer"]
   resources:
     - models/finalizers
     - modeldeployments/finalizers
     - modelcaches/finalizers
-    - gpugroups/finalizers
   verbs: ["update"]
-# ModelCatalog controller (operator/src/catalog/controller.rs): watches the
-# catalogs, re-reads one before each sync and writes its status with
-# server-side apply.
-- apiGroups: ["ai.flexinfer"]
-  resources: ["modelcatalogs"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: ["ai.flexinfer"]
-  resources: ["modelcatalogs/status"]
-  verbs: ["patch"]
-{{- if $federation }}
-# Federation controllers (operator.federation.enabled; operator/src/controllers/
-# cluster.rs and federated_model.rs): Clusters are watched, re-read before a
-# probe and listed per namespace for placement; FederatedModels are watched,
-# re-read and carry a finalizer (a JSON patch); both write their status with
-# server-side apply. Calls to the member clusters go through each Cluster's
-# kubeconfig, not through this role.
-- apiGroups: ["ai.flexinfer"]
-  resources: ["clusters"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: ["ai.flexinfer"]
-  resources: ["federatedmodels"]
-  verbs: ["get", "list", "watch", "patch"]
-- apiGroups: ["ai.flexinfer"]
-  resources: ["clusters/status", "federatedmodels/status"]
-  verbs: ["patch"]
-{{- end }}
-# Owned workloads: model Deployments, Services, cache PVCs, prefetch and
-# cleanup Jobs, benchmark ConfigMaps.
+# Owned workloads, read and written with server-side apply (an apply that
+# creates is authorised as create too); Deployments and Services deleted
+# with their Model, a cache Job when its source changes.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: [""]
-  resources: ["services", "persistentvolumeclaims", "configmaps"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  resources: ["services"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# Model pods: status for the phase, failed pods pruned.
+  verbs: ["get", "create", "patch", "delete"]
+# Cache PVCs outlive their Model: never deleted.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "create", "patch"]
+# A Model's pods: listed (readiness, KV cache), failed ones deleted.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "delete"]
-# GPU detection reads the labels the node agent writes.
-- apiGroups: [""]
-  resources: ["nodes"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: ["", "events.k8s.io"]
+  verbs: ["list", "delete"]
+- apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# Start-up checks that the FlexInfer CRDs are installed: the controllers'
-# (REQUIRED_CRDS), the ModelCatalog controller's (it stays off when it may
-# not read its CRD) and, with federation, the federation controllers'.
+{{- if .secrets }}
+{{- if .root.Values.catalog.registryCredentials }}
+# catalog.registryCredentials: the ModelCatalog controller reads the Secret
+# named by a registry's secretRef, in the catalog's namespace.
+{{- end }}
+{{- if $federation }}
+# operator.federation.enabled: the Cluster controller reads the kubeconfig
+# Secret named by a Cluster's spec.secretRef, in the Cluster's namespace.
+{{- end }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
+{{- end }}
+
+{{/* Controllers: GPU detection lists Nodes; the start-up check reads the
+FlexInfer CRDs by name (REQUIRED_CRDS, the ModelCatalog CRD and, with
+federation, the federation CRDs). */}}
+{{- define "flexinfer.rules.operator.cluster" -}}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list"]
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   resourceNames:
@@ -94,45 +145,28 @@ reflectors need list + watch, server-side apply needs patch, and so on.
     - gpugroups.ai.flexinfer
     - loraadapters.ai.flexinfer
     - modelcatalogs.ai.flexinfer
-    {{- if $federation }}
+    {{- if include "flexinfer.federation" . }}
     - clusters.ai.flexinfer
     - federatedmodels.ai.flexinfer
     {{- end }}
   verbs: ["get"]
-# Leader election: the Lease is created once, then renewed by name.
+{{- end }}
+
+{{/* Controllers with leader election: the Lease is created once, then
+read and renewed (replaced) by name. */}}
+{{- define "flexinfer.rules.operator.own" -}}
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["create"]
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   resourceNames: [{{ .Values.leaderElection.leaseName | quote }}]
-  verbs: ["get", "update", "patch"]
+  verbs: ["get", "update"]
 {{- end }}
 
-{{/* Secrets, for the component that runs the controllers, only while a
-feature that reads them is on (flexinfer.secretReader). Only `get`: the
-controllers read Secrets by name and never list or watch them. Bound per
-watched namespace (a Role in each), or cluster-wide with
-watch.allNamespaces. */}}
-{{- define "flexinfer.rules.secrets" -}}
-{{- if .Values.catalog.registryCredentials }}
-# catalog.registryCredentials: the ModelCatalog controller reads the Secret
-# named by a registry's secretRef, in the catalog's namespace
-# (operator/src/catalog/controller.rs).
-{{- end }}
-{{- if include "flexinfer.federation" . }}
-# operator.federation.enabled: the Cluster controller builds each member's
-# client from the kubeconfig Secret named by the Cluster's spec.secretRef, in
-# the Cluster's namespace (operator/src/controllers/member_clients.rs).
-{{- end }}
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get"]
-{{- end }}
-
-{{/* The gateway's own needs in Kubernetes mode: exactly the rules of
-gateway/src/kube/rbac.rs (RBAC_RULES). */}}
-{{- define "flexinfer.rules.gateway" -}}
+{{/* The gateway's own needs in Kubernetes mode, in the watched namespaces
+(one reflector per namespace): the namespaced rules of RBAC_RULES. */}}
+{{- define "flexinfer.rules.gateway.watched" -}}
 # Routes: reflectors on the model kinds.
 - apiGroups: ["ai.flexinfer"]
   resources: ["models", "loraadapters"]
@@ -149,13 +183,17 @@ gateway/src/kube/rbac.rs (RBAC_RULES). */}}
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["list", "watch"]
-# Pods on spot nodes about to be reclaimed are skipped.
-- apiGroups: [""]
-  resources: ["nodes"]
-  verbs: ["list", "watch"]
 # Service labels (label groups) from the models' Services.
 - apiGroups: [""]
   resources: ["services"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{/* The gateway in Kubernetes mode: pods on spot nodes about to be
+reclaimed are skipped. */}}
+{{- define "flexinfer.rules.gateway.cluster" -}}
+- apiGroups: [""]
+  resources: ["nodes"]
   verbs: ["list", "watch"]
 {{- end }}
 
@@ -175,33 +213,36 @@ namespace only. */}}
   verbs: ["patch"]
 {{- end }}
 
-{{/* Scheduler extender: reflectors only. */}}
-{{- define "flexinfer.rules.sched" -}}
-# Benchmark results (tokens/s per device class).
+{{/* Scheduler extender: reflectors only. Benchmark results (tokens/s per
+device class) and, with tenant fair share, each tenant's GPU pods. */}}
+{{- define "flexinfer.rules.sched.reflected" -}}
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["list", "watch"]
-{{- if .Values.scheduler.extender.nodeCache }}
-# Node cache (nodeCacheCapable: true).
-- apiGroups: [""]
-  resources: ["nodes"]
-  verbs: ["list", "watch"]
-{{- end }}
 {{- if .Values.scheduler.extender.tenantFairShare.enabled }}
-# Tenant fair share counts each tenant's GPU pods.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
 {{- end }}
 {{- end }}
 
-{{/* Node agent: reads and patches its own Node. */}}
-{{- define "flexinfer.rules.agent" -}}
+{{/* Scheduler extender: the Node cache (nodeCacheCapable: true). */}}
+{{- define "flexinfer.rules.sched.cluster" -}}
+{{- if .Values.scheduler.extender.nodeCache }}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list", "watch"]
+{{- end }}
+{{- end }}
+
+{{/* Node agent: reads and patches its own Node (the ValidatingAdmissionPolicy
+of agent-node-policy.yaml refuses writes to any other) and, with
+agent.kvCache, lists the model pods on its node. */}}
+{{- define "flexinfer.rules.agent.cluster" -}}
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["get", "patch"]
 {{- if .Values.agent.kvCache }}
-# KV-cache usage: finds the model pods on its node.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]

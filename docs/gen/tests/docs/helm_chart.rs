@@ -38,7 +38,7 @@ fn in_ci() -> bool {
 
 /// Runs the chart check with `args`; `None` when the Python packages are
 /// missing outside CI (the test then passes, saying why).
-fn run_check(args: &[&str]) -> Option<String> {
+pub(crate) fn run_check(args: &[&str]) -> Option<String> {
     let python = interpreter();
     let script = repo_root().join("helm/tests/check_chart.py");
     let output = match Command::new(&python).arg(&script).args(args).output() {
@@ -347,95 +347,6 @@ fn chart_controller_settings_are_read_by_the_binary_that_runs_them() {
         "one container runs the controllers per values set (defaults and values-ha: the \
          gateway; values-all and values-global: the operator)"
     );
-}
-
-/// `(group, resource, verb)` triples granted by a list of RBAC rules
-/// (rules with resourceNames included).
-fn grants(rules: &Value) -> std::collections::BTreeSet<(String, String, String)> {
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .map(|s| s.as_str().unwrap_or_default().to_owned())
-            .collect()
-    };
-    let mut out = std::collections::BTreeSet::new();
-    for rule in rules.as_array().into_iter().flatten() {
-        for group in strings(&rule["apiGroups"]) {
-            for resource in strings(&rule["resources"]) {
-                for verb in strings(&rule["verbs"]) {
-                    out.insert((group.clone(), resource.clone(), verb));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// `(group, resource, verb)` triples of a list of rules of the code.
-fn code_grants(
-    rules: &[flexinfer_gateway::kube::rbac::RbacRule],
-) -> std::collections::BTreeSet<(String, String, String)> {
-    rules
-        .iter()
-        .flat_map(|(group, resource, verbs)| {
-            verbs
-                .iter()
-                .map(|verb| (group.to_string(), resource.to_string(), verb.to_string()))
-        })
-        .collect()
-}
-
-/// The gateway's ClusterRole grants exactly the API calls its Kubernetes
-/// mode makes (`flexinfer_gateway::kube::rbac::RBAC_RULES`); with the
-/// embedded operator it grants at least those. In global mode it has no
-/// ClusterRole, and its Role grants exactly the API calls of the global
-/// gateway (`flexinfer_gateway::global::GLOBAL_RBAC_RULES`).
-#[test]
-fn gateway_role_matches_the_api_calls_of_the_gateway() {
-    let summary = std::env::temp_dir().join(format!("flexinfer-rbac-{}.json", std::process::id()));
-    let Some(_) = run_check(&["--summary", summary.to_str().unwrap()]) else {
-        return;
-    };
-    let text = std::fs::read_to_string(&summary).expect("summary written");
-    let _ = std::fs::remove_file(&summary);
-    let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
-    let code = code_grants(flexinfer_gateway::kube::rbac::RBAC_RULES);
-    let global = code_grants(flexinfer_gateway::global::GLOBAL_RBAC_RULES);
-    let mut compared = 0;
-    for role in summary["roles"].as_array().expect("roles") {
-        if role["component"] != "gateway" {
-            continue;
-        }
-        let granted = grants(&role["rules"]);
-        if role["global"] == true {
-            assert_eq!(
-                (role["kind"].as_str(), &granted),
-                (Some("Role"), &global),
-                "{}: the global gateway's Role differs from GLOBAL_RBAC_RULES",
-                role["values"]
-            );
-        } else if role["kind"] == "Role" {
-            // The embedded controllers' Secrets, per watched namespace
-            // (check_chart.py allows only `get` on Secrets there).
-            continue;
-        } else if role["embeddedOperator"] == true {
-            let missing: Vec<_> = code.difference(&granted).collect();
-            assert!(
-                missing.is_empty(),
-                "{}: gateway role lacks {missing:?}",
-                role["values"]
-            );
-        } else {
-            assert_eq!(
-                granted, code,
-                "{}: the gateway's ClusterRole differs from RBAC_RULES",
-                role["values"]
-            );
-        }
-        compared += 1;
-    }
-    assert_eq!(compared, 4, "one gateway role per values set");
 }
 
 /// The operator may read exactly the CRDs it checks for at start-up: those

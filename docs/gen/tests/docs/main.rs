@@ -6,6 +6,8 @@
 //! - [`helm_chart`]: the chart renders and validates, its flags and
 //!   environment variables are those of the binaries, its RBAC matches the
 //!   API calls the code makes;
+//! - [`rbac`]: every ServiceAccount of the chart holds exactly the API
+//!   calls of its component's code, for every values set;
 //! - [`metrics_docs`]: the metrics list, alerts and dashboard name only
 //!   metrics the code defines;
 //! - [`alert_rules`]: the alert rules pass promtool's checks and unit tests;
@@ -20,6 +22,7 @@ mod drift;
 mod helm_chart;
 mod images;
 mod metrics_docs;
+mod rbac;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
