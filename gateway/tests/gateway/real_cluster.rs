@@ -959,6 +959,8 @@ async fn an_event_with_a_long_note_is_recorded() {
     assert_eq!(recorded.len(), 1, "{listed}");
     assert!(recorded[0].len() <= 1024);
     assert!(note.starts_with(recorded[0].trim_end_matches('…')));
+}
+
 /// Keeps the test that installs an older CRD apart (writer) from those
 /// that need the chart's CRDs as they are (readers): `helm install` applies
 /// the chart's CRDs and fails on a changed one; the documented objects
