@@ -541,10 +541,14 @@ def check_uninstall(objects, label, expect):
         ns = next((a.partition("=")[2] for a in args if a.startswith("--namespace=")), "*")
         got[ns] = [a for a in args[1:] if not a.startswith("--")] + (["--all"] if "--all" in args else [])
     check(got == want, f"{label}: uninstall deletes {got}, not {want}")
-    roles = [o for o in hooks if o["kind"] == "ClusterRole"]
-    check(len(roles) == 1 and roles[0]["rules"] == [{
+    # One Role per namespace it deletes in; a ClusterRole only for
+    # --all-namespaces.
+    roles = [o for o in hooks if o["kind"] in ("Role", "ClusterRole")]
+    where = {o["metadata"].get("namespace", "*") if o["kind"] == "Role" else "*" for o in roles}
+    check(len(roles) == len(want) and where == set(want) and all(r["rules"] == [{
         "apiGroups": ["ai.flexinfer"], "resources": ["models", "modeldeployments"],
-        "verbs": ["get", "list", "watch", "delete"]}], f"{label}: uninstall rules")
+        "verbs": ["get", "list", "watch", "delete"]}] for r in roles),
+        f"{label}: uninstall rules {[(r['kind'], r['metadata'].get('namespace')) for r in roles]} for {sorted(want)}")
     bound = sorted(b["metadata"].get("namespace", "*") for b in hooks if b["kind"].endswith("Binding"))
     check(bound == sorted(want), f"{label}: uninstall bound in {bound}, deletes in {sorted(want)}")
 
@@ -760,7 +764,8 @@ def rbac_settings(defaults, values, label, expect):
     features = {component: [] for component in expect["components"]}
     if controllers:
         features[controllers] += [name for name, on in [
-            ("LeaderElection", replicas > 1),
+            # The chart always elects a leader where the controllers run.
+            ("LeaderElection", True),
             ("Federation", federation),
             ("ReadsSecrets", federation or v["catalog"]["registryCredentials"]),
         ] if on]
@@ -940,7 +945,7 @@ def cases(chart):
             "embedded": True, "replicas": 1, "all_namespaces": False, "namespaces": NAMESPACE,
             "service_port": 80, "auth": None, "scheduler_enabled": False,
             "scheduler_name": "flexinfer-scheduler", "monitoring": False,
-            "components": {"gateway", "agent"}, "models": [], "leases": [],
+            "components": {"gateway", "agent"}, "models": [], "leases": ["gateway"],
             "controllers": {"workload": "flexinfer-proxy", "scheduler_name": None,
                             "flashload_image": f"ghcr.io/flexinfer/flexinfer-flashload:{app}",
                             "quantizer_image": None, "leader_elect": True,
@@ -997,7 +1002,7 @@ def cases(chart):
             "embedded": False, "replicas": 2, "all_namespaces": True, "namespaces": "",
             "service_port": 80, "auth": None, "scheduler_enabled": False,
             "scheduler_name": "flexinfer-scheduler", "monitoring": False,
-            "components": {"gateway", "operator"}, "models": [], "leases": [],
+            "components": {"gateway", "operator"}, "models": [], "leases": ["operator"],
             "global": "fleet/edge", "member_token": {"name": "member-gateway-key", "key": "key"},
             "operator": {"replicas": 1, "watch_namespace": None, "lease": "flexinfer-operator",
                          "federation": 2},

@@ -739,6 +739,58 @@ impl Release {
             .collect()
     }
 
+    /// `helm upgrade` with `values` (over the installed ones), then the
+    /// gateway restarted from the upgraded Deployment, as a rollout would.
+    async fn upgrade(&mut self, plane: &ControlPlane, values: &[&str]) {
+        let mut args = vec![
+            "upgrade",
+            self.release.as_str(),
+            "helm/flexinfer",
+            "--namespace",
+            self.namespace.as_str(),
+            "--reuse-values",
+        ];
+        args.extend_from_slice(values);
+        helm(plane, &args);
+        let deployment: Value = serde_json::from_str(&kubectl(
+            plane,
+            &["get", "deployments", "-n", &self.namespace, "-o", "json"],
+        ))
+        .expect("JSON");
+        let deployment = deployment["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| {
+                d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("flexinfer-proxy"))
+            })
+            .expect("the gateway Deployment")
+            .clone();
+        let kubeconfig = plane.kubeconfig_for(&self.namespace, &self.account);
+        let mut gateway =
+            crate::chart_scenarios::lane::Component::of(&deployment, &kubeconfig, self.log.clone())
+                .expect("a gateway");
+        // The old pod stops first (SIGTERM: it releases its Lease), as
+        // Kubernetes stops a pod the rollout replaces.
+        self.gateway
+            .terminate(std::time::Duration::from_secs(30))
+            .await;
+        gateway.start().await;
+        self.gateway = gateway;
+    }
+
+    /// Requests of the gateway's account the API server answered `code`.
+    fn answered(&self, plane: &ControlPlane, code: u16) -> Vec<flexinfer_testkube::real::Forbidden> {
+        let user = format!("system:serviceaccount:{}:{}", self.namespace, self.account);
+        plane
+            .answered(code)
+            .into_iter()
+            .filter(|f| f.user == user)
+            .collect()
+    }
+
     fn uninstall(self, plane: &ControlPlane) {
         drop(self.gateway);
         helm(
@@ -855,7 +907,7 @@ async fn a_request_starts_a_model_from_zero_through_the_real_cluster() {
                 "flexinfer.ai/gpu.count": "1"}),
             capacity: serde_json::json!({"cpu": "16", "memory": "64Gi",
                 "nvidia.com/gpu": "1", "pods": "110"}),
-            selector: MODEL_LABEL.into(),
+            selector: format!("{MODEL_LABEL}=cold"),
             bind_unscheduled: true,
             runner: std::sync::Arc::new(move |pod, ip| {
                 sim_process(pod, ip, &runner_flags, &pod_logs)
@@ -868,14 +920,8 @@ async fn a_request_starts_a_model_from_zero_through_the_real_cluster() {
     )
     .await
     .expect("kubelet");
-    // The operator puts NVIDIA pods in RuntimeClass `nvidia`, which the
-    // NVIDIA GPU operator creates; admission refuses pods naming a missing
-    // one.
-    let _ = create(
-        plane,
-        &serde_json::json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-            "metadata": {"name": "nvidia"}, "handler": "nvidia"}),
-    );
+    // No RuntimeClass `nvidia` exists here, as on most clusters: the
+    // chart's defaults name none, so admission takes the NVIDIA pod.
     let rel = Release::install(plane, "coldstart", "flexinfer-coldstart", &[]).await;
     let namespace = rel.namespace.clone();
     create(
@@ -1254,4 +1300,190 @@ async fn uninstall_deletes_the_releases_models_while_the_controllers_run() {
         String::from_utf8_lossy(&out.stderr)
     );
     drop(rel.gateway);
+}
+
+/// Waits until `model` in `namespace` reports `phase`, showing the Model,
+/// its pods and events and the gateway's log when it does not in `limit`.
+async fn wait_phase(plane: &ControlPlane, rel: &Release, model: &str, phase: &str, limit: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(limit);
+    let namespace = rel.namespace.as_str();
+    loop {
+        let now = plane
+            .kubectl(&["get", "models.ai.flexinfer", model, "-n", namespace, "-o",
+                "jsonpath={.status.phase}"])
+            .unwrap_or_default();
+        if now == phase {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{model} is {now:?}, not {phase} after {limit} s\nmodel: {}\npods: {}\nevents: {}\ngateway log: {}",
+            plane
+                .kubectl(&["get", "models.ai.flexinfer", model, "-n", namespace, "-o", "yaml"])
+                .unwrap_or_default(),
+            plane
+                .kubectl(&["get", "pods", "-n", namespace, "-o", "wide", "--show-labels"])
+                .unwrap_or_default(),
+            plane.kubectl(&["get", "events", "-n", namespace]).unwrap_or_default(),
+            rel.log.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// A first install as on an ordinary cluster (no default StorageClass
+/// here, no RuntimeClass `nvidia`): a CPU Model named `qwen2.5-7b` (a valid
+/// object name but not a valid Service name) becomes Ready under a derived
+/// Service name and answers under its own name; changing its `spec.backend`
+/// (the Deployment's selector used to name the backend) replaces its
+/// Deployment and it is Ready again; a Model whose cache has no
+/// StorageClass says so; `helm upgrade` to a new flash-loader image (which
+/// changes its prefetch Job's template) and back reconciles without any
+/// 422; no request of the gateway's account is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dotted_model_survives_a_backend_change_and_a_chart_upgrade() {
+    use crate::chart_scenarios::lane::{sim_process, SimFlags, MODEL_LABEL};
+    use flexinfer_testkube::real::{KubeletConfig, RealKubelet};
+    let Some(plane) = plane() else { return };
+    let name = "qwen2.5-7b";
+    let logs = plane.dir().join("first-install");
+    std::fs::create_dir_all(&logs).expect("log folder");
+    let flags = SimFlags::default();
+    let pod_logs = logs.clone();
+    let _kubelet = RealKubelet::start(
+        plane.client().await,
+        KubeletConfig {
+            node: "sim-node-cpu".into(),
+            node_labels: serde_json::json!({"kubernetes.io/hostname": "sim-node-cpu"}),
+            capacity: serde_json::json!({"cpu": "16", "memory": "64Gi", "pods": "110"}),
+            selector: format!("{MODEL_LABEL}={name}"),
+            bind_unscheduled: true,
+            runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &flags, &pod_logs)),
+            network: Some(std::sync::Arc::new(
+                flexinfer_testkube::real::PodNetwork::create()
+                    .expect("a network namespace for pods (needs root and `ip`)"),
+            )),
+        },
+    )
+    .await
+    .expect("kubelet");
+    let mut rel = Release::install(plane, "first", "flexinfer-first", &[]).await;
+    let namespace = rel.namespace.clone();
+    let model = serde_json::json!({
+        "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"backend": "vllm", "source": "hf://Qwen/Qwen2.5-7B-Instruct",
+                 "cache": {"strategy": "None"}, "serverless": {"enabled": false}},
+    });
+    create(plane, &model).expect("Model created");
+    // A cached Model: its PVC gets no class (none is default here) and its
+    // prefetch Job carries the flash-loader image of the chart.
+    let cached = serde_json::json!({
+        "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
+        "metadata": {"name": "oci-cached", "namespace": namespace},
+        "spec": {"backend": "llamacpp", "source": "oci://registry.example.com/models/qwen:q4",
+                 "serverless": {"enabled": false}},
+    });
+    create(plane, &cached).expect("Model created");
+    // A Model naming a RuntimeClass the cluster lacks: admission refuses its
+    // pods, and the Model says so instead of waiting.
+    let refused_model = serde_json::json!({
+        "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
+        "metadata": {"name": "no-runtime", "namespace": namespace},
+        "spec": {"backend": "vllm", "source": "hf://org/m", "runtimeClassName": "gpu-runtime",
+                 "cache": {"strategy": "None"}, "serverless": {"enabled": false}},
+    });
+    create(plane, &refused_model).expect("Model created");
+    wait_phase(plane, &rel, name, "Ready", 90).await;
+    wait_phase(plane, &rel, "no-runtime", "Failed", 60).await;
+    let why = kubectl(
+        plane,
+        &["get", "models.ai.flexinfer", "no-runtime", "-n", &namespace, "-o",
+          "jsonpath={.status.conditions[?(@.type==\"Ready\")].message}"],
+    );
+    assert!(why.contains("RuntimeClass") && why.contains("gpu-runtime"), "{why}");
+
+    let services = kubectl(
+        plane,
+        &["get", "services", "-n", &namespace, "-l", &format!("{MODEL_LABEL}={name}"),
+          "-o", "jsonpath={.items[*].metadata.name}"],
+    );
+    assert!(
+        services.starts_with("qwen2-5-7b-") && !services.contains('.'),
+        "Service {services:?}"
+    );
+    let chat = || async {
+        let resp = crate::chart_scenarios::lane::fresh_client()
+            .post(rel.gateway.url("http", "/v1/chat/completions"))
+            .json(&crate::support::chat(name))
+            .send()
+            .await
+            .expect("chat request");
+        (resp.status(), resp.text().await.unwrap_or_default())
+    };
+    let (status, body) = chat().await;
+    assert_eq!(status, 200, "{body}");
+
+    // The cache without a class says why it does not bind.
+    let cached_message = kubectl(
+        plane,
+        &["get", "models.ai.flexinfer", "oci-cached", "-n", &namespace, "-o",
+          "jsonpath={.status.conditions[?(@.type==\"Cached\")].message}"],
+    );
+    assert!(cached_message.contains("no StorageClass"), "{cached_message}");
+    let job_image = || {
+        kubectl(
+            plane,
+            &["get", "jobs", "-n", &namespace, "-l", &format!("{MODEL_LABEL}=oci-cached"),
+              "-o", "jsonpath={.items[*].spec.template.spec.containers[0].image}"],
+        )
+    };
+    let image_before = job_image();
+    assert!(!image_before.is_empty(), "the prefetch Job exists");
+
+    // A new backend: the Deployment is replaced, the Model is Ready again.
+    kubectl(
+        plane,
+        &["patch", "models.ai.flexinfer", name, "-n", &namespace, "--type=merge",
+          "-p", r#"{"spec": {"backend": "llamacpp"}}"#],
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let backends = kubectl(
+            plane,
+            &["get", "pods", "-n", &namespace, "-l", &format!("{MODEL_LABEL}={name}"),
+              "-o", "jsonpath={.items[*].metadata.labels.flexinfer\\.ai/backend}"],
+        );
+        let phase = kubectl(
+            plane,
+            &["get", "models.ai.flexinfer", name, "-n", &namespace, "-o",
+              "jsonpath={.status.phase}"],
+        );
+        if backends.trim() == "llamacpp" && phase == "Ready" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after the backend change: pods {backends:?}, phase {phase:?}\n{}\nlog: {}",
+            kubectl(plane, &["get", "events", "-n", &namespace]),
+            rel.log.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let (status, body) = chat().await;
+    assert_eq!(status, 200, "after the backend change: {body}");
+
+    // Upgrades that change the prefetch Job's image.
+    rel.upgrade(plane, &["--set", "flashload.image.tag=next"]).await;
+    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+    wait_phase(plane, &rel, name, "Ready", 60).await;
+    assert_eq!(job_image(), image_before, "a finished or running download is not redone");
+    let (status, body) = chat().await;
+    assert_eq!(status, 200, "after the upgrade: {body}");
+
+    let invalid = rel.answered(plane, 422);
+    assert!(invalid.is_empty(), "422 answers: {invalid:#?}\nlog: {}", rel.log.display());
+    let refused = rel.refused(plane);
+    assert!(refused.is_empty(), "refused: {refused:#?}");
+    rel.uninstall(plane);
 }

@@ -219,6 +219,19 @@ itself). Call with (dict "root" $ "except" .Values.gateway.env).
 - name: FLEXINFER_CLUSTER_FAILURE_THRESHOLD
   value: {{ $values.operator.federation.clusterFailureThreshold | int64 | quote }}
 {{- end }}
+{{- with $values.modelPods.cacheStorageClass }}
+# StorageClass of cache PVCs (unset: the cluster's default class).
+- name: FLEXINFER_CACHE_STORAGE_CLASS
+  value: {{ . | quote }}
+{{- end }}
+{{- with $values.modelPods.nvidiaRuntimeClass }}
+# runtimeClassName of NVIDIA GPU model pods (unset: none).
+- name: FLEXINFER_NVIDIA_RUNTIME_CLASS
+  value: {{ . | quote }}
+{{- end }}
+# Tolerations of GPU model pods and their cache Jobs.
+- name: FLEXINFER_GPU_TOLERATIONS
+  value: {{ $values.modelPods.gpuTolerations | toJson | quote }}
 - name: DEFAULT_FLASH_LOADER_IMAGE
   value: {{ include "flexinfer.image" (dict "root" .root "image" $values.flashload.image "name" "flexinfer-flashload") | quote }}
 {{- with $values.quantizer.image.repository }}

@@ -67,7 +67,7 @@ pub fn binaries() -> Option<PathBuf> {
     found
 }
 
-/// A request the API server refused with 403, from its audit log.
+/// A request the API server refused (403, 422, ...), from its audit log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forbidden {
     /// Who asked (`system:serviceaccount:ns:name`, ...).
@@ -469,6 +469,13 @@ impl ControlPlane {
 
     /// Every request the API server answered 403 so far, from its audit log.
     pub fn forbidden(&self) -> Vec<Forbidden> {
+        self.answered(403)
+    }
+
+    /// Every request the API server answered with status `code` so far
+    /// (422 for an invalid object or an immutable field changed, 409 for a
+    /// conflict), from its audit log.
+    pub fn answered(&self, code: u16) -> Vec<Forbidden> {
         let Ok(file) = std::fs::File::open(&self.audit_log) else {
             return Vec::new();
         };
@@ -476,7 +483,7 @@ impl ControlPlane {
             .lines()
             .map_while(Result::ok)
             .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
-            .filter(|e| e["stage"] == "ResponseComplete" && e["responseStatus"]["code"] == 403)
+            .filter(|e| e["stage"] == "ResponseComplete" && e["responseStatus"]["code"] == code)
             .map(|e| {
                 let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
                 let r = &e["objectRef"];
