@@ -782,7 +782,11 @@ impl Release {
     }
 
     /// Requests of the gateway's account the API server answered `code`.
-    fn answered(&self, plane: &ControlPlane, code: u16) -> Vec<flexinfer_testkube::real::Forbidden> {
+    fn answered(
+        &self,
+        plane: &ControlPlane,
+        code: u16,
+    ) -> Vec<flexinfer_testkube::real::Forbidden> {
         let user = format!("system:serviceaccount:{}:{}", self.namespace, self.account);
         plane
             .answered(code)
@@ -1309,8 +1313,15 @@ async fn wait_phase(plane: &ControlPlane, rel: &Release, model: &str, phase: &st
     let namespace = rel.namespace.as_str();
     loop {
         let now = plane
-            .kubectl(&["get", "models.ai.flexinfer", model, "-n", namespace, "-o",
-                "jsonpath={.status.phase}"])
+            .kubectl(&[
+                "get",
+                "models.ai.flexinfer",
+                model,
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.status.phase}",
+            ])
             .unwrap_or_default();
         if now == phase {
             return;
@@ -1332,7 +1343,7 @@ async fn wait_phase(plane: &ControlPlane, rel: &Release, model: &str, phase: &st
 }
 
 /// A first install as on an ordinary cluster (no default StorageClass
-/// here, no RuntimeClass `nvidia`): a CPU Model named `qwen2.5-7b` (a valid
+/// here, no RuntimeClass `nvidia`): a GPU Model named `qwen2.5-7b` (a valid
 /// object name but not a valid Service name) becomes Ready under a derived
 /// Service name and answers under its own name; changing its `spec.backend`
 /// (the Deployment's selector used to name the backend) replaces its
@@ -1353,9 +1364,15 @@ async fn a_dotted_model_survives_a_backend_change_and_a_chart_upgrade() {
     let _kubelet = RealKubelet::start(
         plane.client().await,
         KubeletConfig {
-            node: "sim-node-cpu".into(),
-            node_labels: serde_json::json!({"kubernetes.io/hostname": "sim-node-cpu"}),
-            capacity: serde_json::json!({"cpu": "16", "memory": "64Gi", "pods": "110"}),
+            node: "sim-node-2".into(),
+            node_labels: serde_json::json!({
+                "kubernetes.io/hostname": "sim-node-2",
+                "flexinfer.ai/gpu.vendor": "nvidia",
+                "flexinfer.ai/gpu.arch": "sm_89",
+                "flexinfer.ai/gpu.vram": "24Gi",
+                "flexinfer.ai/gpu.count": "1"}),
+            capacity: serde_json::json!({"cpu": "16", "memory": "64Gi",
+                "nvidia.com/gpu": "1", "pods": "110"}),
             selector: format!("{MODEL_LABEL}={name}"),
             bind_unscheduled: true,
             runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &flags, &pod_logs)),
@@ -1373,6 +1390,7 @@ async fn a_dotted_model_survives_a_backend_change_and_a_chart_upgrade() {
         "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"backend": "vllm", "source": "hf://Qwen/Qwen2.5-7B-Instruct",
+                 "gpu": {"vendor": "nvidia"},
                  "cache": {"strategy": "None"}, "serverless": {"enabled": false}},
     });
     create(plane, &model).expect("Model created");
@@ -1390,7 +1408,7 @@ async fn a_dotted_model_survives_a_backend_change_and_a_chart_upgrade() {
     let refused_model = serde_json::json!({
         "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
         "metadata": {"name": "no-runtime", "namespace": namespace},
-        "spec": {"backend": "vllm", "source": "hf://org/m", "runtimeClassName": "gpu-runtime",
+        "spec": {"backend": "llamacpp", "source": "hf://org/m", "runtimeClassName": "gpu-runtime",
                  "cache": {"strategy": "None"}, "serverless": {"enabled": false}},
     });
     create(plane, &refused_model).expect("Model created");
@@ -1398,44 +1416,81 @@ async fn a_dotted_model_survives_a_backend_change_and_a_chart_upgrade() {
     wait_phase(plane, &rel, "no-runtime", "Failed", 60).await;
     let why = kubectl(
         plane,
-        &["get", "models.ai.flexinfer", "no-runtime", "-n", &namespace, "-o",
-          "jsonpath={.status.conditions[?(@.type==\"Ready\")].message}"],
+        &[
+            "get",
+            "models.ai.flexinfer",
+            "no-runtime",
+            "-n",
+            &namespace,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].message}",
+        ],
     );
-    assert!(why.contains("RuntimeClass") && why.contains("gpu-runtime"), "{why}");
+    assert!(
+        why.contains("RuntimeClass") && why.contains("gpu-runtime"),
+        "{why}"
+    );
 
     let services = kubectl(
         plane,
-        &["get", "services", "-n", &namespace, "-l", &format!("{MODEL_LABEL}={name}"),
-          "-o", "jsonpath={.items[*].metadata.name}"],
+        &[
+            "get",
+            "services",
+            "-n",
+            &namespace,
+            "-l",
+            &format!("{MODEL_LABEL}={name}"),
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
     );
     assert!(
         services.starts_with("qwen2-5-7b-") && !services.contains('.'),
         "Service {services:?}"
     );
-    let chat = || async {
+    async fn chat(url: String, model: &str) -> (reqwest::StatusCode, String) {
         let resp = crate::chart_scenarios::lane::fresh_client()
-            .post(rel.gateway.url("http", "/v1/chat/completions"))
-            .json(&crate::support::chat(name))
+            .post(url)
+            .json(&crate::support::chat(model))
             .send()
             .await
             .expect("chat request");
         (resp.status(), resp.text().await.unwrap_or_default())
-    };
-    let (status, body) = chat().await;
+    }
+    let url = |rel: &Release| rel.gateway.url("http", "/v1/chat/completions");
+    let (status, body) = chat(url(&rel), name).await;
     assert_eq!(status, 200, "{body}");
 
     // The cache without a class says why it does not bind.
     let cached_message = kubectl(
         plane,
-        &["get", "models.ai.flexinfer", "oci-cached", "-n", &namespace, "-o",
-          "jsonpath={.status.conditions[?(@.type==\"Cached\")].message}"],
+        &[
+            "get",
+            "models.ai.flexinfer",
+            "oci-cached",
+            "-n",
+            &namespace,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Cached\")].message}",
+        ],
     );
-    assert!(cached_message.contains("no StorageClass"), "{cached_message}");
+    assert!(
+        cached_message.contains("no StorageClass"),
+        "{cached_message}"
+    );
     let job_image = || {
         kubectl(
             plane,
-            &["get", "jobs", "-n", &namespace, "-l", &format!("{MODEL_LABEL}=oci-cached"),
-              "-o", "jsonpath={.items[*].spec.template.spec.containers[0].image}"],
+            &[
+                "get",
+                "jobs",
+                "-n",
+                &namespace,
+                "-l",
+                &format!("{MODEL_LABEL}=oci-cached"),
+                "-o",
+                "jsonpath={.items[*].spec.template.spec.containers[0].image}",
+            ],
         )
     };
     let image_before = job_image();
@@ -1444,20 +1499,43 @@ async fn a_dotted_model_survives_a_backend_change_and_a_chart_upgrade() {
     // A new backend: the Deployment is replaced, the Model is Ready again.
     kubectl(
         plane,
-        &["patch", "models.ai.flexinfer", name, "-n", &namespace, "--type=merge",
-          "-p", r#"{"spec": {"backend": "llamacpp"}}"#],
+        &[
+            "patch",
+            "models.ai.flexinfer",
+            name,
+            "-n",
+            &namespace,
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"backend": "llamacpp"}}"#,
+        ],
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     loop {
         let backends = kubectl(
             plane,
-            &["get", "pods", "-n", &namespace, "-l", &format!("{MODEL_LABEL}={name}"),
-              "-o", "jsonpath={.items[*].metadata.labels.flexinfer\\.ai/backend}"],
+            &[
+                "get",
+                "pods",
+                "-n",
+                &namespace,
+                "-l",
+                &format!("{MODEL_LABEL}={name}"),
+                "-o",
+                "jsonpath={.items[*].metadata.labels.flexinfer\\.ai/backend}",
+            ],
         );
         let phase = kubectl(
             plane,
-            &["get", "models.ai.flexinfer", name, "-n", &namespace, "-o",
-              "jsonpath={.status.phase}"],
+            &[
+                "get",
+                "models.ai.flexinfer",
+                name,
+                "-n",
+                &namespace,
+                "-o",
+                "jsonpath={.status.phase}",
+            ],
         );
         if backends.trim() == "llamacpp" && phase == "Ready" {
             break;
@@ -1470,19 +1548,28 @@ async fn a_dotted_model_survives_a_backend_change_and_a_chart_upgrade() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-    let (status, body) = chat().await;
+    let (status, body) = chat(url(&rel), name).await;
     assert_eq!(status, 200, "after the backend change: {body}");
 
     // Upgrades that change the prefetch Job's image.
-    rel.upgrade(plane, &["--set", "flashload.image.tag=next"]).await;
+    rel.upgrade(plane, &["--set", "flashload.image.tag=next"])
+        .await;
     tokio::time::sleep(std::time::Duration::from_secs(8)).await;
     wait_phase(plane, &rel, name, "Ready", 60).await;
-    assert_eq!(job_image(), image_before, "a finished or running download is not redone");
-    let (status, body) = chat().await;
+    assert_eq!(
+        job_image(),
+        image_before,
+        "a finished or running download is not redone"
+    );
+    let (status, body) = chat(url(&rel), name).await;
     assert_eq!(status, 200, "after the upgrade: {body}");
 
     let invalid = rel.answered(plane, 422);
-    assert!(invalid.is_empty(), "422 answers: {invalid:#?}\nlog: {}", rel.log.display());
+    assert!(
+        invalid.is_empty(),
+        "422 answers: {invalid:#?}\nlog: {}",
+        rel.log.display()
+    );
     let refused = rel.refused(plane);
     assert!(refused.is_empty(), "refused: {refused:#?}");
     rel.uninstall(plane);

@@ -210,7 +210,7 @@ async fn ensure_job(jobs: &Api<Job>, manager: &str, job: &Job) -> Result<Option<
             return Ok(None);
         }
         let same_template = super::apply::is_subset(
-            &serde_json::to_value(&job.spec.as_ref().map(|s| &s.template))?,
+            &serde_json::to_value(job.spec.as_ref().map(|s| &s.template))?,
             &serde_json::to_value(existing.spec.as_ref().map(|s| &s.template))?,
         );
         if !same_template {
@@ -323,6 +323,7 @@ pub async fn ensure_cache(
         },
     };
     let mut unchangeable = Vec::new();
+    let mut unbindable = None;
     if let Some(pvc) = desired::cache::cache_pvc(plan) {
         let pvcs: Api<PersistentVolumeClaim> = ctx.api(ns);
         let existing = pvcs.get_opt(&pvc.name_any()).await?;
@@ -331,6 +332,9 @@ pub async fn ensure_cache(
         let applied = apply_owned(&pvcs, manager, &pvc).await?.object;
         out.status.pvc_name = Some(pvc.name_any());
         (out.reason, out.message) = pvc_state(&applied);
+        if out.reason == "PVCNoStorageClass" {
+            unbindable = Some((out.reason.clone(), out.message.clone()));
+        }
     }
     let jobs: Api<Job> = ctx.api(ns);
     if let Some(job) = desired::cache::prefetch_job(plan) {
@@ -378,6 +382,10 @@ pub async fn ensure_cache(
                 ),
             };
         }
+    }
+    if let Some((reason, message)) = unbindable.filter(|_| !out.ready) {
+        // The Jobs cannot start without their volume: say why.
+        (out.reason, out.message) = (reason, message);
     }
     if !unchangeable.is_empty() {
         out.message = format!(

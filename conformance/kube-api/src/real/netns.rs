@@ -48,17 +48,24 @@ impl PodNetwork {
     /// Creates the namespace and its link to the host namespace, on a
     /// `10.N.0.0/16` no interface of the machine routes yet.
     pub fn create() -> std::io::Result<Self> {
+        // One at a time per process, so that two networks never pick the
+        // same free /16 or names.
+        static CREATING: std::sync::Mutex<u32> = std::sync::Mutex::new(0);
+        let mut created = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+        let n = *created;
+        *created += 1;
         let ip_tool = ip_tool().ok_or_else(|| std::io::Error::other("no `ip` command"))?;
         let routes = Command::new(&ip_tool).args(["-4", "route"]).output()?;
         let routes = String::from_utf8_lossy(&routes.stdout).into_owned();
         let pid = std::process::id();
         let second_octet = (0..50u32)
-            .map(|i| 200 + ((pid + i) % 50) as u8)
-            .find(|n| !routes.contains(&format!("10.{n}.")))
+            .map(|i| 200 + ((pid + n + i) % 50) as u8)
+            .find(|o| !routes.contains(&format!("10.{o}.")))
             .ok_or_else(|| std::io::Error::other("no free 10.N.0.0/16"))?;
-        let tag = pid % 100_000;
+        // Interface names hold 15 characters.
+        let tag = format!("{}n{}", pid % 100_000, n % 100);
         let network = PodNetwork {
-            name: format!("flexinfer-pods-{pid}"),
+            name: format!("flexinfer-pods-{pid}-{n}"),
             pod_side: format!("fxp{tag}"),
             second_octet,
             next: AtomicU32::new(0),
