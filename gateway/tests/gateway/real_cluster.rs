@@ -667,6 +667,64 @@ fn gpu_node(plane: &ControlPlane, name: &str) {
     );
 }
 
+/// A simulated kubelet on a one-GPU NVIDIA Node `node` (labelled as the
+/// node agent would) that binds and runs, as `flexinfer-sim` processes in a
+/// network namespace, the pods of `model` only.
+async fn gpu_kubelet(
+    plane: &ControlPlane,
+    node: &str,
+    model: &str,
+    flags: &crate::chart_scenarios::lane::SimFlags,
+) -> flexinfer_testkube::real::RealKubelet {
+    use crate::chart_scenarios::lane::{sim_process, MODEL_LABEL};
+    use flexinfer_testkube::real::{KubeletConfig, PodNetwork, RealKubelet};
+    let logs = plane.dir().join(format!("pods-{node}"));
+    std::fs::create_dir_all(&logs).expect("log folder");
+    let flags = flags.clone();
+    RealKubelet::start(
+        plane.client().await,
+        KubeletConfig {
+            node: node.into(),
+            node_labels: serde_json::json!({
+                "kubernetes.io/hostname": node,
+                "flexinfer.ai/gpu.vendor": "nvidia",
+                "flexinfer.ai/gpu.arch": "sm_89",
+                "flexinfer.ai/gpu.vram": "24Gi",
+                "flexinfer.ai/gpu.count": "1"}),
+            capacity: serde_json::json!({"cpu": "16", "memory": "64Gi",
+                "nvidia.com/gpu": "1", "pods": "110"}),
+            selector: format!("{MODEL_LABEL}={model}"),
+            bind_unscheduled: true,
+            runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &flags, &logs)),
+            network: Some(std::sync::Arc::new(
+                PodNetwork::create().expect("a network namespace for pods (needs root and `ip`)"),
+            )),
+        },
+    )
+    .await
+    .expect("kubelet")
+}
+
+/// The chart's gateway Deployment in `namespace`, as stored.
+fn gateway_deployment(plane: &ControlPlane, namespace: &str) -> Value {
+    let deployments: Value = serde_json::from_str(&kubectl(
+        plane,
+        &["get", "deployments", "-n", namespace, "-o", "json"],
+    ))
+    .expect("JSON");
+    deployments["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("flexinfer-proxy"))
+        })
+        .expect("the gateway Deployment")
+        .clone()
+}
+
 /// A release installed by the real `helm` with `values`, and its gateway
 /// running as a process on its own ServiceAccount's token.
 struct Release {
@@ -694,22 +752,7 @@ impl Release {
         ];
         args.extend_from_slice(values);
         helm(plane, &args);
-        let deployments: Value = serde_json::from_str(&kubectl(
-            plane,
-            &["get", "deployments", "-n", namespace, "-o", "json"],
-        ))
-        .expect("JSON");
-        let gateway = deployments["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|d| {
-                d["metadata"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.ends_with("flexinfer-proxy"))
-            })
-            .expect("the gateway Deployment")
-            .clone();
+        let gateway = gateway_deployment(plane, namespace);
         let account = gateway["spec"]["template"]["spec"]["serviceAccountName"]
             .as_str()
             .expect("the gateway runs under a ServiceAccount of its own")
@@ -752,22 +795,7 @@ impl Release {
         ];
         args.extend_from_slice(values);
         helm(plane, &args);
-        let deployment: Value = serde_json::from_str(&kubectl(
-            plane,
-            &["get", "deployments", "-n", &self.namespace, "-o", "json"],
-        ))
-        .expect("JSON");
-        let deployment = deployment["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|d| {
-                d["metadata"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.ends_with("flexinfer-proxy"))
-            })
-            .expect("the gateway Deployment")
-            .clone();
+        let deployment = gateway_deployment(plane, &self.namespace);
         let kubeconfig = plane.kubeconfig_for(&self.namespace, &self.account);
         let mut gateway =
             crate::chart_scenarios::lane::Component::of(&deployment, &kubeconfig, self.log.clone())
@@ -891,39 +919,10 @@ async fn the_gateway_runs_on_the_charts_rbac_and_is_refused_nothing() {
 /// the request is answered; nothing is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_starts_a_model_from_zero_through_the_real_cluster() {
-    use crate::chart_scenarios::lane::{sim_process, SimFlags, MODEL_LABEL};
-    use flexinfer_testkube::real::{KubeletConfig, RealKubelet};
+    use crate::chart_scenarios::lane::SimFlags;
     let Some(plane) = plane() else { return };
-    let logs = plane.dir().join("cold-start");
-    std::fs::create_dir_all(&logs).expect("log folder");
     let flags = SimFlags::default();
-    let pod_logs = logs.clone();
-    let runner_flags = flags.clone();
-    let _kubelet = RealKubelet::start(
-        plane.client().await,
-        KubeletConfig {
-            node: "sim-node-1".into(),
-            node_labels: serde_json::json!({
-                "kubernetes.io/hostname": "sim-node-1",
-                "flexinfer.ai/gpu.vendor": "nvidia",
-                "flexinfer.ai/gpu.arch": "sm_89",
-                "flexinfer.ai/gpu.vram": "24Gi",
-                "flexinfer.ai/gpu.count": "1"}),
-            capacity: serde_json::json!({"cpu": "16", "memory": "64Gi",
-                "nvidia.com/gpu": "1", "pods": "110"}),
-            selector: format!("{MODEL_LABEL}=cold"),
-            bind_unscheduled: true,
-            runner: std::sync::Arc::new(move |pod, ip| {
-                sim_process(pod, ip, &runner_flags, &pod_logs)
-            }),
-            network: Some(std::sync::Arc::new(
-                flexinfer_testkube::real::PodNetwork::create()
-                    .expect("a network namespace for pods (needs root and `ip`)"),
-            )),
-        },
-    )
-    .await
-    .expect("kubelet");
+    let _kubelet = gpu_kubelet(plane, "sim-node-1", "cold", &flags).await;
     // No RuntimeClass `nvidia` exists here, as on most clusters: the
     // chart's defaults name none, so admission takes the NVIDIA pod.
     let rel = Release::install(plane, "coldstart", "flexinfer-coldstart", &[]).await;
@@ -1350,47 +1349,34 @@ async fn wait_phase(plane: &ControlPlane, rel: &Release, model: &str, phase: &st
 /// Deployment and it is Ready again; a Model whose cache has no
 /// StorageClass says so; `helm upgrade` to a new flash-loader image (which
 /// changes its prefetch Job's template) and back reconciles without any
-/// 422; no request of the gateway's account is refused.
+/// 422; no request of the gateway's account is refused. The namespace
+/// enforces the `restricted` Pod Security level.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dotted_model_survives_a_backend_change_and_a_chart_upgrade() {
-    use crate::chart_scenarios::lane::{sim_process, SimFlags, MODEL_LABEL};
-    use flexinfer_testkube::real::{KubeletConfig, RealKubelet};
+    use crate::chart_scenarios::lane::{SimFlags, MODEL_LABEL};
     let Some(plane) = plane() else { return };
     let name = "qwen2.5-7b";
-    let logs = plane.dir().join("first-install");
-    std::fs::create_dir_all(&logs).expect("log folder");
     let flags = SimFlags::default();
-    let pod_logs = logs.clone();
-    let _kubelet = RealKubelet::start(
-        plane.client().await,
-        KubeletConfig {
-            node: "sim-node-2".into(),
-            node_labels: serde_json::json!({
-                "kubernetes.io/hostname": "sim-node-2",
-                "flexinfer.ai/gpu.vendor": "nvidia",
-                "flexinfer.ai/gpu.arch": "sm_89",
-                "flexinfer.ai/gpu.vram": "24Gi",
-                "flexinfer.ai/gpu.count": "1"}),
-            capacity: serde_json::json!({"cpu": "16", "memory": "64Gi",
-                "nvidia.com/gpu": "1", "pods": "110"}),
-            selector: format!("{MODEL_LABEL}={name}"),
-            bind_unscheduled: true,
-            runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &flags, &pod_logs)),
-            network: Some(std::sync::Arc::new(
-                flexinfer_testkube::real::PodNetwork::create()
-                    .expect("a network namespace for pods (needs root and `ip`)"),
-            )),
-        },
-    )
-    .await
-    .expect("kubelet");
+    let _kubelet = gpu_kubelet(plane, "sim-node-2", name, &flags).await;
     let mut rel = Release::install(plane, "first", "flexinfer-first", &[]).await;
     let namespace = rel.namespace.clone();
+    // Pod Security admission enforces `restricted` here: the model's pods
+    // are admitted once the Model runs as a non-root user.
+    kubectl(
+        plane,
+        &[
+            "label",
+            "namespace",
+            &namespace,
+            "pod-security.kubernetes.io/enforce=restricted",
+        ],
+    );
     let model = serde_json::json!({
         "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"backend": "vllm", "source": "hf://Qwen/Qwen2.5-7B-Instruct",
                  "gpu": {"vendor": "nvidia"},
+                 "securityContext": {"runAsNonRoot": true, "runAsUser": 1000},
                  "cache": {"strategy": "None"}, "serverless": {"enabled": false}},
     });
     create(plane, &model).expect("Model created");

@@ -145,8 +145,17 @@ async fn the_model_controller_creates_the_pull_job_and_gates_on_it() {
     );
     let model = get(&ctx, "pulled").await;
     let status = serde_json::to_value(model.status.unwrap()).unwrap();
-    assert!(
-        status.to_string().contains("Prefetch"),
+    assert_eq!(
+        (
+            &status["phase"],
+            &status["cache"]["ready"],
+            &status["cache"]["jobName"]
+        ),
+        (
+            &serde_json::json!("Pending"),
+            &serde_json::json!(false),
+            &serde_json::json!("pulled-cache-prefetch")
+        ),
         "the cache is gated on the pull: {status}"
     );
 }
