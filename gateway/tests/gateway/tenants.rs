@@ -296,6 +296,93 @@ async fn the_budget_is_corrected_with_the_usage_of_json_and_streamed_answers() {
     assert!((after - before).abs() < 30.0, "{before} → {after}");
 }
 
+/// The usage an answer of `/v1/messages` or `/v1/responses` reports, JSON
+/// or streamed: (prompt tokens, cache included; output tokens).
+fn reported_usage(text: &str) -> (f64, f64) {
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .chain(std::iter::once(text))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let mut usage = (0.0, 0.0);
+    for e in &events {
+        let u = [&e["usage"], &e["message"]["usage"], &e["response"]["usage"]]
+            .into_iter()
+            .find(|u| u.is_object());
+        let Some(u) = u else { continue };
+        let n = |k: &str| u[k].as_f64().unwrap_or(0.0);
+        if u.get("input_tokens").is_some() {
+            usage.0 =
+                n("input_tokens") + n("cache_read_input_tokens") + n("cache_creation_input_tokens");
+        }
+        usage.1 = n("output_tokens");
+    }
+    usage
+}
+
+#[tokio::test]
+async fn the_budget_is_charged_with_the_usage_of_messages_and_responses_answers() {
+    let sim = pod("p", &["llama", "qwen"], &[]);
+    let (_dir, keys) = key_file(
+        "tenants:\n  - name: t\n    keys: [k]\n    limits: {tokensPerMinute: 60, tokenBurst: 100000}\n",
+    );
+    let gw = gateway(&sim, &keys);
+    let prompt = "Tell me about token budgets. ".repeat(8);
+    let asks = [
+        (
+            "/v1/messages",
+            json!({"model": "llama", "max_tokens": 120, "messages": [{"role": "user", "content": prompt}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "llama", "max_tokens": 130, "stream": true, "messages": [{"role": "user", "content": prompt}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "llama", "max_output_tokens": 140, "input": prompt}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "llama", "max_output_tokens": 150, "stream": true, "input": prompt}),
+        ),
+    ];
+    let (mut prompt_sum, mut output_sum) = (0.0, 0.0);
+    for (path, body) in &asks {
+        let resp = post_json(
+            &gw.url(path),
+            &serde_json::to_vec(body).unwrap(),
+            &[("authorization", "Bearer k")],
+        )
+        .await;
+        assert_eq!(resp.status(), 200, "{path}");
+        let text = resp.text().await.unwrap();
+        let (p, o) = reported_usage(&text);
+        assert!(p > 0.0 && o > 0.0, "{path} reported no usage: {text}");
+        prompt_sum += p;
+        output_sum += o;
+    }
+    let metrics = admin_metrics(&gw).await;
+    let counted = |kind: &str| {
+        metric_value(
+            &metrics,
+            &format!(
+                "flexinfer_proxy_tokens_total{{kind=\"{kind}\",model=\"llama\",tenant=\"t\"}}"
+            ),
+        )
+    };
+    assert_eq!(counted("completion"), output_sum, "{metrics}");
+    assert_eq!(counted("prompt"), prompt_sum, "{metrics}");
+    // What is left is the budget less what the answers reported (a token a
+    // second refills meanwhile), not the budget with every estimate refunded.
+    let left = tokens_left(&gw, "t").await;
+    let used = prompt_sum + output_sum;
+    assert!(
+        (left - (100_000.0 - used)).abs() < 20.0,
+        "left {left}, used {used}"
+    );
+}
+
 #[tokio::test]
 async fn a_bad_key_file_names_its_line_and_a_bad_reload_keeps_the_keys() {
     let (_dir, bad) = key_file("tenants:\n  - name: a\n    keys: [x]\n    priority: urgent\n");

@@ -1,10 +1,15 @@
-//! Reads the `usage` an engine reports at the end of an answer: the last
-//! top-level `usage` object of a JSON body, or of the `data:` events of a
-//! server-sent event stream (with `stream_options.include_usage`, the
-//! final chunk's). Chunks are looked at as they pass; nothing is changed.
+//! Reads the `usage` an engine reports for an answer: in a JSON body, or in
+//! the `data:` events of a server-sent event stream (for chat, with
+//! `stream_options.include_usage`, the final chunk's), in any of the
+//! shapes [`report`] knows. Chunks are looked at as they pass; nothing is
+//! changed.
+
+mod report;
 
 use flexinfer_jsonscan as scan;
 use serde::Deserialize;
+
+use report::Reported;
 
 /// Largest JSON answer, or partial event line, kept to find the usage in.
 const MAX_KEPT: usize = 1 << 20;
@@ -23,49 +28,13 @@ pub struct Usage {
     pub cached_tokens: Option<u64>,
 }
 
-#[derive(Deserialize)]
-struct RawUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    #[serde(default)]
-    prompt_tokens_details: Option<Details>,
-}
-
-#[derive(Deserialize)]
-struct Details {
-    cached_tokens: Option<u64>,
-}
-
-/// The top-level `usage` object of a JSON answer: found by walking the
-/// top-level members with the workspace's JSON skipper, only it decoded.
-fn parse(json: &[u8]) -> Option<Usage> {
-    let open = scan::skip_ws(json, 0);
-    let mut span = None;
-    scan::object_members(json, open, |key, at| {
-        let end = scan::value_end(json, at)?;
-        if key == b"usage" {
-            span = Some(at..end);
-        }
-        Ok(end)
-    })
-    .ok()?;
-    let raw: RawUsage = serde_json::from_slice(json.get(span?)?).ok()?;
-    Some(Usage {
-        prompt_tokens: raw.prompt_tokens,
-        completion_tokens: raw.completion_tokens,
-        cached_tokens: raw.prompt_tokens_details.and_then(|d| d.cached_tokens),
-    })
-}
-
 /// Watches one answer's body for its usage.
 #[derive(Debug)]
 pub struct UsageMeter {
     events: bool,
     kept: Vec<u8>,
     overflow: bool,
-    found: Option<Usage>,
+    found: Reported,
 }
 
 impl UsageMeter {
@@ -75,7 +44,7 @@ impl UsageMeter {
             events,
             kept: Vec::new(),
             overflow: false,
-            found: None,
+            found: Reported::default(),
         }
     }
 
@@ -123,9 +92,7 @@ impl UsageMeter {
                 continue;
             };
             if memchr::memmem::find(data, b"\"usage\"").is_some() {
-                if let Some(usage) = parse(data.trim_ascii()) {
-                    self.found = Some(usage);
-                }
+                self.found.read(data.trim_ascii());
             }
         }
     }
@@ -133,9 +100,10 @@ impl UsageMeter {
     /// The usage the answer reported, once it has ended.
     pub fn finish(&mut self) -> Option<Usage> {
         if !self.events && !self.overflow && !self.kept.is_empty() {
-            self.found = parse(&std::mem::take(&mut self.kept));
+            self.found = Reported::default();
+            self.found.read(&std::mem::take(&mut self.kept));
         }
-        self.found
+        self.found.usage()
     }
 }
 
@@ -225,8 +193,9 @@ impl UsageStripper {
         if line[value..end] == *b"null" {
             return Line::Replace(without_member(line, key_start, end));
         }
-        if let Some(u) = parse(payload.trim_ascii()) {
-            self.found = Some(u);
+        let mut reported = Reported::default();
+        if reported.read(payload.trim_ascii()) {
+            self.found = reported.usage();
         }
         if choices_empty {
             Line::Drop
