@@ -30,7 +30,8 @@ use flexinfer_conformance::python;
 use serde_json::{json, Value};
 use support::post_json;
 
-const SETUP_HINT: &str = "pip install jsonschema, or run scripts/setup.sh (which sets up .venv) \
+const SETUP_HINT: &str =
+    "pip install jsonschema openai anthropic, or run scripts/setup.sh (which sets up .venv) \
                           and point FLEXINFER_PYTHON at .venv/bin/python";
 
 fn weather() -> Value {
@@ -604,4 +605,33 @@ async fn tool_calls_are_deterministic() {
         seeded.iter().any(|s| s != &first),
         "seeds change the arguments: {seeded:?}"
     );
+}
+
+/// The official OpenAI and Anthropic SDKs read the tool calls, whole and
+/// streamed, and get the same arguments every way.
+#[test]
+fn official_sdks_read_tool_calls() {
+    let python = python::interpreter();
+    python::require(&python, "openai", SETUP_HINT);
+    python::require(&python, "anthropic", SETUP_HINT);
+    let sim = support::sim(&["--model", "sdk-model"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/sdk_tool_calls.py");
+    let out = python::run_json(&python, &script, &[&sim.base_url(), "sdk-model"]);
+    assert_eq!(out["chat"]["finish_reason"], "tool_calls");
+    assert_eq!(out["chat"]["name"], "w");
+    let arguments = &out["chat"]["arguments"];
+    assert!(
+        arguments["city"].is_string() && arguments["days"].as_u64() >= Some(1),
+        "{out}"
+    );
+    for key in [
+        "chat_stream",
+        "responses",
+        "responses_stream",
+        "messages_stream",
+    ] {
+        assert_eq!(&out[key], arguments, "{key}: {out}");
+    }
+    assert_eq!(out["messages"]["stop_reason"], "tool_use");
+    assert_eq!(&out["messages"]["input"], arguments);
 }
