@@ -2,6 +2,7 @@
 //! shapes OpenAI and vLLM send.
 
 use serde::Serialize;
+use serde_json::{json, Value};
 
 use super::generation::Plan;
 use super::protocol::Usage;
@@ -42,9 +43,16 @@ pub fn response_id(prefix: &str) -> String {
 #[derive(Serialize)]
 struct Message<'a> {
     role: &'static str,
-    content: &'a str,
+    /// The text; `null` when the answer is a tool call.
+    content: Option<&'a str>,
     /// Always `null`: OpenAI's schema requires the member.
     refusal: Option<()>,
+    /// Always empty, as OpenAI sends it.
+    annotations: [(); 0],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function_call: Option<Value>,
 }
 
 #[derive(Serialize, Default)]
@@ -56,6 +64,44 @@ struct Delta<'a> {
     /// `null` in the opening delta, as OpenAI sends it; absent afterwards.
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<Option<()>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function_call: Option<Value>,
+}
+
+/// Prefix of chat tool-call ids, as vLLM writes them.
+pub const TOOL_CALL_PREFIX: &str = "chatcmpl-tool-";
+
+/// The finish reason of a chat choice: vLLM's `tool_calls` for a call the
+/// model chose (`auto`, `required`), `stop` for a named one, and
+/// `function_call` for the legacy API.
+fn chat_finish(plan: &Plan) -> &'static str {
+    match &plan.tool_call {
+        Some(call) if call.legacy => "function_call",
+        Some(call) if call.named => "stop",
+        Some(_) => "tool_calls",
+        None => plan.finish.as_str(),
+    }
+}
+
+/// `message.tool_calls` or `message.function_call` of choice `index`.
+fn call_members(plan: &Plan, index: usize) -> (Option<Value>, Option<Value>) {
+    match &plan.tool_call {
+        None => (None, None),
+        Some(call) if call.legacy => (
+            None,
+            Some(json!({"name": call.name, "arguments": call.arguments})),
+        ),
+        Some(call) => (
+            Some(json!([{
+                "id": call.id(TOOL_CALL_PREFIX, index),
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }])),
+            None,
+        ),
+    }
 }
 
 #[derive(Serialize)]
@@ -101,16 +147,22 @@ pub fn full_body(flavor: Flavor, plan: &Plan, id: &str, created: u64) -> Vec<u8>
         .iter()
         .enumerate()
         .map(|(index, text)| match flavor {
-            Flavor::Chat => Choice::ChatMessage {
-                index,
-                message: Message {
-                    role: "assistant",
-                    content: text,
-                    refusal: None,
-                },
-                logprobs: None,
-                finish_reason: finish,
-            },
+            Flavor::Chat => {
+                let (tool_calls, function_call) = call_members(plan, index);
+                Choice::ChatMessage {
+                    index,
+                    message: Message {
+                        role: "assistant",
+                        content: plan.tool_call.is_none().then_some(text.as_str()),
+                        refusal: None,
+                        annotations: [],
+                        tool_calls,
+                        function_call,
+                    },
+                    logprobs: None,
+                    finish_reason: Some(chat_finish(plan)),
+                }
+            }
             Flavor::Text => Choice::Text {
                 index,
                 text,
@@ -195,11 +247,32 @@ impl Render for ChunkWriter {
                     role: Some("assistant"),
                     content: Some(""),
                     refusal: Some(None),
+                    ..Delta::default()
                 },
                 logprobs: None,
                 finish_reason: None,
             };
             self.event(plan, out, vec![choice], Self::usage_placeholder(plan));
+            if let Some(call) = &plan.tool_call {
+                let mut delta = Delta::default();
+                if call.legacy {
+                    delta.function_call = Some(json!({"name": call.name, "arguments": ""}));
+                } else {
+                    delta.tool_calls = Some(json!([{
+                        "index": 0,
+                        "id": call.id(TOOL_CALL_PREFIX, index),
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": ""},
+                    }]));
+                }
+                let header = Choice::ChatDelta {
+                    index,
+                    delta,
+                    logprobs: None,
+                    finish_reason: None,
+                };
+                self.event(plan, out, vec![header], Self::usage_placeholder(plan));
+            }
         }
     }
 
@@ -207,6 +280,24 @@ impl Render for ChunkWriter {
     fn token(&mut self, plan: &Plan, out: &mut Vec<u8>, token: u32) {
         for index in 0..plan.seeds.len() {
             let text = plan.token(index, token);
+            if let (Flavor::Chat, Some(call)) = (self.flavor, &plan.tool_call) {
+                let fragment = call.fragment(token);
+                let mut delta = Delta::default();
+                if call.legacy {
+                    delta.function_call = Some(json!({"arguments": fragment}));
+                } else {
+                    delta.tool_calls =
+                        Some(json!([{"index": 0, "function": {"arguments": fragment}}]));
+                }
+                let choice = Choice::ChatDelta {
+                    index,
+                    delta,
+                    logprobs: None,
+                    finish_reason: None,
+                };
+                self.event(plan, out, vec![choice], Self::usage_placeholder(plan));
+                continue;
+            }
             let choice = match self.flavor {
                 Flavor::Chat => Choice::ChatDelta {
                     index,
@@ -237,7 +328,7 @@ impl Render for ChunkWriter {
                     index,
                     delta: Delta::default(),
                     logprobs: None,
-                    finish_reason: finish,
+                    finish_reason: Some(chat_finish(plan)),
                 },
                 Flavor::Text => Choice::Text {
                     index,

@@ -11,6 +11,7 @@ use super::metrics::FinishReason;
 use super::prefix_cache::{CacheKey, Prompt};
 use super::protocol::{SamplingFields, Usage};
 use super::synth;
+use super::tools::ToolCall;
 
 /// Largest `n` accepted, to keep one request from asking for unbounded work.
 pub const MAX_CHOICES: u32 = 128;
@@ -38,6 +39,8 @@ pub struct Plan {
     pub stream: bool,
     /// Send a usage chunk at the end of a stream.
     pub include_usage: bool,
+    /// The tool call the answer is, instead of text (see [`Plan::with_tool_call`]).
+    pub tool_call: Option<ToolCall>,
 }
 
 impl Plan {
@@ -61,6 +64,7 @@ impl Plan {
                 "Parameter 'cache_salt' must be a non-empty string if provided.",
             ));
         }
+        check_sampling(fields)?;
         let n = fields.n.unwrap_or(1);
         if n == 0 || n > MAX_CHOICES {
             return Err(ApiError::bad_request(format!(
@@ -119,7 +123,29 @@ impl Plan {
             finish,
             seeds,
             stream,
+            tool_call: None,
         })
+    }
+
+    /// Makes the answer `call`: its arguments are the output, one token per
+    /// fragment (see [`super::tools::fragments`]), always whole, so the
+    /// generation ends naturally whatever the length limit.
+    pub fn with_tool_call(mut self, call: Option<ToolCall>) -> Self {
+        if let Some(call) = &call {
+            self.completion_tokens = call.tokens();
+            self.finish = FinishReason::Stop;
+        }
+        self.tool_call = call;
+        self
+    }
+
+    /// The seed tool arguments are generated from: the request's `seed`, else
+    /// the prompt's.
+    pub fn tool_seed(&self, seed: Option<i64>) -> u64 {
+        seed.map_or_else(
+            || self.seeds.first().copied().unwrap_or_default(),
+            |s| s as u64,
+        )
     }
 
     /// Usage of the whole response, with the cached prompt tokens.
@@ -152,6 +178,31 @@ impl Plan {
         let seed = self.seeds.get(index).copied().unwrap_or_default();
         synth::token_text(seed, token)
     }
+}
+
+/// vLLM's range checks of the sampling parameters (400 outside them).
+fn check_sampling(fields: &SamplingFields) -> Result<(), ApiError> {
+    if let Some(t) = fields.temperature.filter(|t| t.is_nan() || *t < 0.0) {
+        return Err(ApiError::bad_request(format!(
+            "temperature must be non-negative, got {t}."
+        )));
+    }
+    if let Some(p) = fields.top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
+        return Err(ApiError::bad_request(format!(
+            "top_p must be in (0, 1], got {p}."
+        )));
+    }
+    for (name, value) in [
+        ("presence_penalty", fields.presence_penalty),
+        ("frequency_penalty", fields.frequency_penalty),
+    ] {
+        if let Some(v) = value.filter(|v| !(-2.0..=2.0).contains(v)) {
+            return Err(ApiError::bad_request(format!(
+                "{name} must be in [-2, 2], got {v}."
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Prompt tokens of a request as usage counts them: the sum over its prompts.

@@ -14,6 +14,7 @@ use super::prefix_cache::Prompt;
 use super::protocol::ChatMessage;
 use super::responses::new_id;
 use super::streaming::Render;
+use super::tools::ToolCall;
 
 /// `POST /v1/messages`. Unknown fields are ignored.
 #[derive(Debug, Default, Deserialize)]
@@ -33,12 +34,38 @@ pub struct MessagesRequest {
     /// Stream the answer as server-sent events.
     #[serde(default)]
     pub stream: Option<bool>,
+    /// Client tools (`name`, `input_schema`); see [`crate::sim::tools`].
+    #[serde(default)]
+    pub tools: Option<Value>,
+    /// `{"type": "auto" | "any" | "tool" | "none", "name"?}`.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
 }
 
 impl MessagesRequest {
+    /// Whether the conversation ends with a user turn that is not a tool result.
+    pub fn user_turn(&self) -> bool {
+        let Some(last) = self.messages.as_ref().and_then(|m| m.last()) else {
+            return false;
+        };
+        let tool_result = last
+            .content
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|blocks| {
+                blocks
+                    .iter()
+                    .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            });
+        last.role == "user" && !tool_result
+    }
+
     /// The prompt: the system prompt, then the messages; 400 without
-    /// `max_tokens` or messages.
+    /// `model`, `max_tokens` or messages.
     pub fn prompt(&self) -> Result<Prompt, ApiError> {
+        if self.model.is_none() {
+            return Err(ApiError::bad_request("model: Field required"));
+        }
         if self.max_tokens.is_none() {
             return Err(ApiError::bad_request("max_tokens: Field required"));
         }
@@ -98,6 +125,7 @@ impl IntoResponse for AnthropicError {
         let body = json!({
             "type": "error",
             "error": {"type": self.kind(), "message": self.0.message},
+            "request_id": new_id("req"),
         });
         let mut response = (self.0.status, body.to_string()).into_response();
         response.headers_mut().insert(
@@ -134,6 +162,8 @@ impl MessagesRender {
             "content": content,
             "stop_reason": stop,
             "stop_sequence": null,
+            "stop_details": null,
+            "container": null,
             "usage": usage(plan, output_tokens),
         })
     }
@@ -147,27 +177,61 @@ impl MessagesRender {
     }
 }
 
-/// `end_turn`, or `max_tokens` when the limit cut the output.
+/// `tool_use` for a tool call, `end_turn`, or `max_tokens` when the limit
+/// cut the output.
 fn stop_reason(plan: &Plan) -> &'static str {
     match plan.finish {
+        _ if plan.tool_call.is_some() => "tool_use",
         FinishReason::Length => "max_tokens",
         FinishReason::Stop => "end_turn",
     }
 }
 
-/// Anthropic's usage: `input_tokens` are those not read from the cache.
+/// Anthropic's usage: `input_tokens` are those not read from the cache;
+/// nothing is written to a cache, no server tool runs.
 fn usage(plan: &Plan, output_tokens: u32) -> Value {
     json!({
         "input_tokens": plan.uncached_tokens(),
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": plan.cached_tokens,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
         "output_tokens": output_tokens,
+        "output_tokens_details": null,
+        "server_tool_use": null,
+        "inference_geo": null,
+        "service_tier": "standard",
     })
+}
+
+/// The usage of `message_delta`: cumulative counts.
+fn delta_usage(plan: &Plan) -> Value {
+    json!({
+        "input_tokens": plan.uncached_tokens(),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": plan.cached_tokens,
+        "output_tokens": plan.completion_tokens,
+        "output_tokens_details": null,
+        "server_tool_use": null,
+    })
+}
+
+/// A `text` block.
+fn text_block(text: &str) -> Value {
+    json!({"type": "text", "text": text, "citations": null})
+}
+
+/// A `tool_use` block with `input`.
+fn tool_use_block(call: &ToolCall, input: Value) -> Value {
+    json!({"type": "tool_use", "id": call.id("toolu_", 0), "name": call.name,
+           "input": input, "caller": {"type": "direct"}})
 }
 
 impl Render for MessagesRender {
     fn body(&mut self, plan: &Plan) -> Vec<u8> {
-        let content = json!([{"type": "text", "text": plan.text(0)}]);
+        let content = match &plan.tool_call {
+            Some(call) => json!([tool_use_block(call, call.input.clone())]),
+            None => json!([text_block(&plan.text(0))]),
+        };
         let message = self.message(
             plan,
             content,
@@ -184,22 +248,27 @@ impl Render for MessagesRender {
             "message_start",
             &json!({"type": "message_start", "message": start}),
         );
+        let block = match &plan.tool_call {
+            Some(call) => tool_use_block(call, json!({})),
+            None => text_block(""),
+        };
         Self::event(
             out,
             "content_block_start",
-            &json!({"type": "content_block_start", "index": 0,
-                    "content_block": {"type": "text", "text": ""}}),
+            &json!({"type": "content_block_start", "index": 0, "content_block": block}),
         );
         Self::event(out, "ping", &json!({"type": "ping"}));
     }
 
     fn token(&mut self, plan: &Plan, out: &mut Vec<u8>, token: u32) {
-        let text = plan.token(0, token);
+        let delta = match &plan.tool_call {
+            Some(call) => json!({"type": "input_json_delta", "partial_json": call.fragment(token)}),
+            None => json!({"type": "text_delta", "text": plan.token(0, token)}),
+        };
         Self::event(
             out,
             "content_block_delta",
-            &json!({"type": "content_block_delta", "index": 0,
-                    "delta": {"type": "text_delta", "text": text}}),
+            &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
         );
     }
 
@@ -213,8 +282,9 @@ impl Render for MessagesRender {
             out,
             "message_delta",
             &json!({"type": "message_delta",
-                    "delta": {"stop_reason": stop_reason(plan), "stop_sequence": null},
-                    "usage": usage(plan, plan.completion_tokens)}),
+                    "delta": {"stop_reason": stop_reason(plan), "stop_sequence": null,
+                              "stop_details": null, "container": null},
+                    "usage": delta_usage(plan)}),
         );
         Self::event(out, "message_stop", &json!({"type": "message_stop"}));
     }
@@ -243,12 +313,13 @@ mod tests {
     #[test]
     fn requires_max_tokens_and_messages() {
         let missing: MessagesRequest =
-            parse_json(br#"{"messages":[{"role":"user","content":"hi"}]}"#).expect("json");
+            parse_json(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#)
+                .expect("json");
         let e = AnthropicError(missing.prompt().expect_err("no max_tokens"));
         assert_eq!(e.kind(), "invalid_request_error");
         assert!(e.0.message.contains("max_tokens"));
         let empty: MessagesRequest =
-            parse_json(br#"{"max_tokens":3,"messages":[]}"#).expect("json");
+            parse_json(br#"{"model":"m","max_tokens":3,"messages":[]}"#).expect("json");
         assert!(empty.prompt().is_err());
     }
 
@@ -259,7 +330,12 @@ mod tests {
         let bytes = axum::body::to_bytes(response.into_body(), 1024)
             .await
             .expect("body");
-        let v: Value = serde_json::from_slice(&bytes).expect("json");
+        let mut v: Value = serde_json::from_slice(&bytes).expect("json");
+        let request_id = v.as_object_mut().and_then(|m| m.remove("request_id"));
+        assert!(request_id
+            .as_ref()
+            .and_then(Value::as_str)
+            .is_some_and(|id| id.starts_with("req_")));
         assert_eq!(
             v,
             json!({"type": "error", "error": {"type": "not_found_error",
@@ -270,7 +346,7 @@ mod tests {
     #[test]
     fn body_shape_and_stop_reasons() {
         let request: MessagesRequest = parse_json(
-            br#"{"max_tokens":100,"system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
+            br#"{"model":"m","max_tokens":100,"system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
         )
         .expect("json");
         let p = plan(&request);
@@ -279,14 +355,18 @@ mod tests {
         assert_eq!(v["type"], "message");
         assert_eq!(v["role"], "assistant");
         assert_eq!(v["model"], "claude");
-        assert_eq!(v["content"], json!([{"type": "text", "text": p.text(0)}]));
+        assert_eq!(
+            v["content"],
+            json!([{"type": "text", "text": p.text(0), "citations": null}])
+        );
         assert_eq!(v["stop_reason"], "end_turn");
         assert_eq!(v["stop_sequence"], Value::Null);
         assert_eq!(v["usage"]["output_tokens"], 4);
         assert_eq!(v["usage"]["cache_read_input_tokens"], 0);
-        let short: MessagesRequest =
-            parse_json(br#"{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}"#)
-                .expect("json");
+        let short: MessagesRequest = parse_json(
+            br#"{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .expect("json");
         let v: Value =
             serde_json::from_slice(&MessagesRender::new().body(&plan(&short))).expect("json");
         assert_eq!(v["stop_reason"], "max_tokens");
@@ -295,9 +375,10 @@ mod tests {
 
     #[test]
     fn stream_events_in_order() {
-        let request: MessagesRequest =
-            parse_json(br#"{"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}"#)
-                .expect("json");
+        let request: MessagesRequest = parse_json(
+            br#"{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .expect("json");
         let p = plan(&request);
         let mut render = MessagesRender::new();
         let mut out = Vec::new();

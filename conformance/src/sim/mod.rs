@@ -31,6 +31,7 @@ pub mod server;
 pub mod state;
 pub mod streaming;
 pub mod synth;
+pub mod tools;
 
 pub use config::{ConfigError, LoraModule, SimConfig};
 pub use recorder::{RequestRecord, RequestRecorder};

@@ -50,6 +50,21 @@ pub struct SamplingFields {
     /// with requests of the same salt.
     #[serde(default)]
     pub cache_salt: Option<String>,
+    /// Sampling temperature, non-negative (only checked).
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling, in (0, 1] (only checked).
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// -2 to 2 (only checked).
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    /// -2 to 2 (only checked).
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    /// Seed of tool-call arguments (the prompt's when absent).
+    #[serde(default)]
+    pub seed: Option<i64>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -57,6 +72,18 @@ pub struct SamplingFields {
 pub struct ChatRequest {
     /// The conversation; required.
     pub messages: Vec<ChatMessage>,
+    /// Function tools (see [`crate::sim::tools`]).
+    #[serde(default)]
+    pub tools: Option<Value>,
+    /// `none`, `auto`, `required` or a named function.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    /// Deprecated function list.
+    #[serde(default)]
+    pub functions: Option<Value>,
+    /// Deprecated choice among `functions`.
+    #[serde(default)]
+    pub function_call: Option<Value>,
     /// Sampling and streaming fields.
     #[serde(flatten)]
     pub sampling: SamplingFields,

@@ -15,6 +15,7 @@ use super::prefix_cache::Prompt;
 use super::protocol::ChatMessage;
 use super::state::SimState;
 use super::streaming::Render;
+use super::tools::{ToolCall, Tools};
 
 /// Responses the simulator remembers for the follow-up routes; the oldest
 /// is forgotten first.
@@ -57,6 +58,36 @@ pub struct ResponsesRequest {
     /// Echoed back (1 when absent).
     #[serde(default)]
     pub top_p: Option<f64>,
+    /// Echoed back (0 when absent).
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    /// Echoed back (0 when absent).
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    /// Echoed back (0 when absent).
+    #[serde(default)]
+    pub top_logprobs: Option<u32>,
+    /// Echoed back (`null` when absent).
+    #[serde(default)]
+    pub max_tool_calls: Option<u32>,
+    /// Echoed back (true when absent).
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// Echoed back (`null` when absent).
+    #[serde(default)]
+    pub safety_identifier: Option<String>,
+    /// Echoed back (`null` when absent).
+    #[serde(default)]
+    pub prompt_cache_key: Option<String>,
+    /// Function tools (see [`crate::sim::tools`]); echoed back.
+    #[serde(default)]
+    pub tools: Option<Value>,
+    /// `none`, `auto`, `required` or `{"type":"function","name":..}`; echoed back.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    /// Seed of tool-call arguments (the prompt's when absent).
+    #[serde(default)]
+    pub seed: Option<i64>,
 }
 
 /// The output length a limit asks for under the simulator's rule for the
@@ -161,12 +192,21 @@ pub struct ResponseMeta {
     metadata: Value,
     temperature: f64,
     top_p: f64,
+    presence_penalty: f64,
+    frequency_penalty: f64,
+    top_logprobs: u32,
+    max_tool_calls: Option<u32>,
+    parallel_tool_calls: bool,
+    safety_identifier: Option<String>,
+    prompt_cache_key: Option<String>,
+    tools: Value,
+    tool_choice: Value,
     store: bool,
 }
 
 impl ResponseMeta {
-    /// The echoed fields of `request`, with fresh ids.
-    pub fn new(request: &ResponsesRequest, created_at: u64) -> Self {
+    /// The echoed fields of `request` and its parsed `tools`, with fresh ids.
+    pub fn new(request: &ResponsesRequest, tools: &Tools, created_at: u64) -> Self {
         Self {
             id: new_id("resp"),
             created_at,
@@ -177,6 +217,28 @@ impl ResponseMeta {
             metadata: request.metadata.clone().unwrap_or_else(|| json!({})),
             temperature: request.temperature.unwrap_or(1.0),
             top_p: request.top_p.unwrap_or(1.0),
+            presence_penalty: request.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: request.frequency_penalty.unwrap_or(0.0),
+            top_logprobs: request.top_logprobs.unwrap_or(0),
+            max_tool_calls: request.max_tool_calls,
+            parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
+            safety_identifier: request.safety_identifier.clone(),
+            prompt_cache_key: request.prompt_cache_key.clone(),
+            tools: Value::Array(
+                tools
+                    .tools
+                    .iter()
+                    .map(|t| {
+                        json!({"type": "function", "name": t.name, "description": t.description,
+                               "parameters": t.parameters, "strict": t.strict})
+                    })
+                    .collect(),
+            ),
+            tool_choice: request
+                .tool_choice
+                .clone()
+                .filter(|c| !c.is_null())
+                .unwrap_or_else(|| json!("auto")),
             store: request.store.unwrap_or(true),
         }
     }
@@ -184,10 +246,12 @@ impl ResponseMeta {
     /// The `response` object: `status`, its output items and usage.
     fn object(&self, plan: &Plan, status: &str, output: Vec<Value>, usage: Value) -> Value {
         let incomplete = (status == "incomplete").then(|| json!({"reason": "max_output_tokens"}));
+        let completed_at = (status == "completed").then(super::state::unix_now);
         json!({
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": completed_at,
             "status": status,
             "background": false,
             "error": null,
@@ -197,20 +261,48 @@ impl ResponseMeta {
             "metadata": self.metadata,
             "model": plan.model,
             "output": output,
-            "parallel_tool_calls": true,
+            "parallel_tool_calls": self.parallel_tool_calls,
             "previous_response_id": self.previous_response_id,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "top_logprobs": self.top_logprobs,
+            "max_tool_calls": self.max_tool_calls,
+            "safety_identifier": self.safety_identifier,
+            "prompt_cache_key": self.prompt_cache_key,
             "reasoning": {"effort": null, "summary": null},
             "service_tier": "default",
             "store": self.store,
             "temperature": self.temperature,
             "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
-            "tools": [],
+            "tool_choice": self.tool_choice,
+            "tools": self.tools,
             "top_p": self.top_p,
             "truncation": "disabled",
             "usage": usage,
-            "user": null,
         })
+    }
+
+    /// The `function_call` output item of `call`, with `arguments` so far.
+    fn function_call(call: &ToolCall, status: &str, arguments: &str) -> Value {
+        json!({
+            "type": "function_call",
+            "id": call.id("fc_", 0),
+            "call_id": call.id("call_", 0),
+            "name": call.name,
+            "arguments": arguments,
+            "status": status,
+        })
+    }
+
+    /// The one output item: the tool call, else the message.
+    fn item(&self, plan: &Plan, status: &str, text: Option<&str>) -> Value {
+        match &plan.tool_call {
+            Some(call) => {
+                let arguments = text.map_or("", |_| call.arguments.as_str());
+                Self::function_call(call, status, arguments)
+            }
+            None => self.message(status, text),
+        }
     }
 
     /// The output message item with `text` (`content` empty while in progress).
@@ -231,7 +323,7 @@ impl ResponseMeta {
         self.object(
             plan,
             status,
-            vec![self.message(status, Some(text))],
+            vec![self.item(plan, status, Some(text))],
             usage(plan),
         )
     }
@@ -247,6 +339,17 @@ fn final_status(plan: &Plan) -> &'static str {
         FinishReason::Length => "incomplete",
         FinishReason::Stop => "completed",
     }
+}
+
+/// The usage of a response still in progress: its input, no output yet.
+fn usage_so_far(plan: &Plan) -> Value {
+    json!({
+        "input_tokens": plan.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": plan.cached_tokens},
+        "output_tokens": 0,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": plan.prompt_tokens,
+    })
 }
 
 /// The Responses API's usage object.
@@ -308,7 +411,11 @@ impl ResponsesRender {
 
 impl Render for ResponsesRender {
     fn body(&mut self, plan: &Plan) -> Vec<u8> {
-        let response = self.meta.finished(plan, &plan.text(0));
+        let text = match &plan.tool_call {
+            Some(call) => call.arguments.clone(),
+            None => plan.text(0),
+        };
+        let response = self.meta.finished(plan, &text);
         self.keep(&response);
         serde_json::to_vec(&response).unwrap_or_default()
     }
@@ -316,16 +423,19 @@ impl Render for ResponsesRender {
     fn head(&mut self, plan: &Plan, out: &mut Vec<u8>) {
         let started = self
             .meta
-            .object(plan, "in_progress", Vec::new(), Value::Null);
+            .object(plan, "in_progress", Vec::new(), usage_so_far(plan));
         self.keep(&started);
         self.event(out, "response.created", json!({"response": started}));
         self.event(out, "response.in_progress", json!({"response": started}));
-        let item = self.meta.message("in_progress", None);
+        let item = self.meta.item(plan, "in_progress", None);
         self.event(
             out,
             "response.output_item.added",
             json!({"output_index": 0, "item": item}),
         );
+        if plan.tool_call.is_some() {
+            return;
+        }
         let part = output_text("");
         let item_id = self.meta.message_id.clone();
         self.event(
@@ -336,6 +446,16 @@ impl Render for ResponsesRender {
     }
 
     fn token(&mut self, plan: &Plan, out: &mut Vec<u8>, token: u32) {
+        if let Some(call) = &plan.tool_call {
+            let delta = call.fragment(token).to_owned();
+            self.text.push_str(&delta);
+            self.event(
+                out,
+                "response.function_call_arguments.delta",
+                json!({"item_id": call.id("fc_", 0), "output_index": 0, "delta": delta}),
+            );
+            return;
+        }
         let delta = plan.token(0, token);
         self.text.push_str(&delta);
         let item_id = self.meta.message_id.clone();
@@ -348,8 +468,38 @@ impl Render for ResponsesRender {
     }
 
     fn finish(&mut self, plan: &Plan, out: &mut Vec<u8>) {
-        let item_id = self.meta.message_id.clone();
         let text = std::mem::take(&mut self.text);
+        if let Some(call) = &plan.tool_call {
+            self.event(
+                out,
+                "response.function_call_arguments.done",
+                json!({"item_id": call.id("fc_", 0), "output_index": 0,
+                       "name": call.name, "arguments": text}),
+            );
+        } else {
+            self.finish_text(&text, out);
+        }
+        let status = final_status(plan);
+        self.event(
+            out,
+            "response.output_item.done",
+            json!({"output_index": 0, "item": self.meta.item(plan, status, Some(&text))}),
+        );
+        let response = self.meta.finished(plan, &text);
+        self.keep(&response);
+        let kind = if status == "completed" {
+            "response.completed"
+        } else {
+            "response.incomplete"
+        };
+        self.event(out, kind, json!({"response": response}));
+    }
+}
+
+impl ResponsesRender {
+    /// The text part's closing events.
+    fn finish_text(&mut self, text: &str, out: &mut Vec<u8>) {
+        let item_id = self.meta.message_id.clone();
         self.event(
             out,
             "response.output_text.done",
@@ -360,22 +510,8 @@ impl Render for ResponsesRender {
             out,
             "response.content_part.done",
             json!({"item_id": item_id, "output_index": 0, "content_index": 0,
-                   "part": output_text(&text)}),
+                   "part": output_text(text)}),
         );
-        let status = final_status(plan);
-        self.event(
-            out,
-            "response.output_item.done",
-            json!({"output_index": 0, "item": self.meta.message(status, Some(&text))}),
-        );
-        let response = self.meta.finished(plan, &text);
-        self.keep(&response);
-        let kind = if status == "completed" {
-            "response.completed"
-        } else {
-            "response.incomplete"
-        };
-        self.event(out, kind, json!({"response": response}));
     }
 }
 
@@ -579,7 +715,7 @@ mod tests {
     fn body_has_the_sdk_required_fields_and_is_stored() {
         let state = state();
         let request = ResponsesRequest::default();
-        let meta = ResponseMeta::new(&request, 7);
+        let meta = ResponseMeta::new(&request, &Tools::default(), 7);
         let id = meta.id.clone();
         let items = input_items(&json!("hello there")).expect("items");
         let mut render = ResponsesRender::new(Arc::clone(&state), meta, items);
@@ -626,7 +762,7 @@ mod tests {
             max_output_tokens: Some(2),
             ..ResponsesRequest::default()
         };
-        let meta = ResponseMeta::new(&request, 7);
+        let meta = ResponseMeta::new(&request, &Tools::default(), 7);
         let id = meta.id.clone();
         let mut render = ResponsesRender::new(Arc::clone(&state), meta, Vec::new());
         let v: Value = serde_json::from_slice(&render.body(&plan(Some(2)))).expect("json");
@@ -639,7 +775,7 @@ mod tests {
     #[test]
     fn stream_events_in_order() {
         let state = state();
-        let meta = ResponseMeta::new(&ResponsesRequest::default(), 7);
+        let meta = ResponseMeta::new(&ResponsesRequest::default(), &Tools::default(), 7);
         let id = meta.id.clone();
         let mut render = ResponsesRender::new(Arc::clone(&state), meta, Vec::new());
         let p = plan(None);

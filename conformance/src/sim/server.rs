@@ -37,6 +37,7 @@ pub fn router(state: Arc<SimState>) -> Router {
             get(responses::input_items_list),
         )
         .route("/v1/responses/{id}/cancel", post(responses::cancel))
+        .route("/v1/responses/compact", post(responses::compact))
         .route("/v1/messages", post(messages::create))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/images/generations", post(images::generate))

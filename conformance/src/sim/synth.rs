@@ -76,12 +76,17 @@ pub fn seed(model: &str, prompt: &str) -> u64 {
 }
 
 /// SplitMix64: a tiny, well-mixed step function for deterministic streams of numbers.
-fn splitmix64(state: &mut u64) -> u64 {
+pub fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// Word `n` (modulo the vocabulary) of the generated text's vocabulary.
+pub fn word(n: u64) -> &'static str {
+    WORDS[(n % WORDS.len() as u64) as usize]
 }
 
 /// The text of generated token `index` of the text seeded by `seed`: a word,

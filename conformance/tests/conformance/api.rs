@@ -563,7 +563,7 @@ async fn responses_api_stores_and_answers_follow_ups() {
     let created: Value = post_json(
         &base,
         "/v1/responses",
-        &json!({"input": "hi", "metadata": {"k": "v"}}),
+        &json!({"model": "sim-model", "input": "hi", "metadata": {"k": "v"}}),
     )
     .await
     .json()
@@ -587,7 +587,7 @@ async fn responses_api_stores_and_answers_follow_ups() {
     let unstored: Value = post_json(
         &base,
         "/v1/responses",
-        &json!({"input": "hi", "store": false}),
+        &json!({"model": "sim-model", "input": "hi", "store": false}),
     )
     .await
     .json()
@@ -605,7 +605,7 @@ async fn responses_api_stores_and_answers_follow_ups() {
     let stream = post_json(
         &base,
         "/v1/responses",
-        &json!({"input": "hi", "stream": true}),
+        &json!({"model": "sim-model", "input": "hi", "stream": true}),
     )
     .await;
     assert_eq!(stream.status(), 200);
@@ -656,6 +656,11 @@ async fn messages_api_errors_use_anthropic_shape() {
         (json!({"messages": hello}), 400, "invalid_request_error"),
         (json!({"max_tokens": 5}), 400, "invalid_request_error"),
         (
+            json!({"max_tokens": 5, "messages": hello}),
+            400,
+            "invalid_request_error",
+        ),
+        (
             json!({"max_tokens": 5, "messages": hello, "model": "nope"}),
             404,
             "not_found_error",
@@ -669,7 +674,7 @@ async fn messages_api_errors_use_anthropic_shape() {
     let message: Value = post_json(
         &base,
         "/v1/messages",
-        &json!({"max_tokens": 5, "messages": hello}),
+        &json!({"model": "sim-model", "max_tokens": 5, "messages": hello}),
     )
     .await
     .json()

@@ -8,3 +8,4 @@ mod behaviour;
 mod conformance_load;
 mod conformance_run;
 mod openai_sdk;
+mod schemas;

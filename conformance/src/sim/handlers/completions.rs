@@ -16,6 +16,7 @@ use crate::sim::prefix_cache::{prefill_delay, Prompt};
 use crate::sim::protocol::{parse_json, ChatRequest, CompletionRequest};
 use crate::sim::state::{unix_now, SimState};
 use crate::sim::streaming::{self, Render};
+use crate::sim::tools::{ToolCall, Tools};
 
 /// Chat completions, streamed or whole.
 pub async fn chat(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Response, ApiError> {
@@ -23,6 +24,12 @@ pub async fn chat(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Res
     let request: ChatRequest = parse_json(&body)?;
     let model = state.models.resolve(request.sampling.model.as_deref())?;
     let prompt = chat_prompt(&request)?;
+    let tools = Tools::from_chat(
+        request.tools.as_ref(),
+        request.tool_choice.as_ref(),
+        request.functions.as_ref(),
+        request.function_call.as_ref(),
+    )?;
     let plan = Plan::new(
         &state.config,
         model,
@@ -30,6 +37,12 @@ pub async fn chat(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Res
         &request.sampling,
         "messages",
     )?;
+    let user_turn = request.messages.last().is_some_and(|m| m.role == "user");
+    let seed = plan.tool_seed(request.sampling.seed);
+    let call = tools
+        .pick(user_turn)
+        .map(|tool| ToolCall::new(tool, &tools, seed));
+    let plan = plan.with_tool_call(call);
     generate(state, plan, ChunkWriter::new(Flavor::Chat, unix_now())).await
 }
 

@@ -18,13 +18,18 @@ use crate::sim::responses::{
     capped_length, input_items, items_page, prompt, ResponseMeta, ResponsesRender, ResponsesRequest,
 };
 use crate::sim::state::{unix_now, SimState};
+use crate::sim::tools::{ToolCall, Tools};
 
 /// Creates a response, streamed or whole; it is kept for the follow-up
 /// routes unless the request says `store: false`.
 pub async fn create(State(state): State<Arc<SimState>>, body: Bytes) -> Result<Response, ApiError> {
     state.check_ready()?;
     let request: ResponsesRequest = parse_json(&body)?;
+    if request.model.is_none() {
+        return Err(ApiError::bad_request("model: Field required"));
+    }
     let model = state.models.resolve(request.model.as_deref())?;
+    let tools = Tools::from_responses(request.tools.as_ref(), request.tool_choice.as_ref())?;
     let items = request
         .input
         .as_ref()
@@ -43,6 +48,10 @@ pub async fn create(State(state): State<Arc<SimState>>, body: Bytes) -> Result<R
         stream: request.stream,
         max_tokens: capped_length(request.max_output_tokens, &state.config),
         cache_salt: request.cache_salt.clone(),
+        temperature: request.temperature,
+        top_p: request.top_p,
+        presence_penalty: request.presence_penalty,
+        frequency_penalty: request.frequency_penalty,
         ..SamplingFields::default()
     };
     let plan = Plan::new(
@@ -52,9 +61,24 @@ pub async fn create(State(state): State<Arc<SimState>>, body: Bytes) -> Result<R
         &fields,
         "input",
     )?;
-    let meta = ResponseMeta::new(&request, unix_now());
+    let user_turn = items.last().is_some_and(|item| item["role"] == "user");
+    let seed = plan.tool_seed(request.seed);
+    let call = tools
+        .pick(user_turn)
+        .map(|tool| ToolCall::new(tool, &tools, seed));
+    let plan = plan.with_tool_call(call);
+    let meta = ResponseMeta::new(&request, &tools, unix_now());
     let render = ResponsesRender::new(Arc::clone(&state), meta, items);
     generate(state, plan, render).await
+}
+
+/// `POST /v1/responses/compact`: not offered (vLLM has no compaction), 404.
+pub async fn compact() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "NotFoundError",
+        "Response compaction is not supported by this server.",
+    )
 }
 
 fn not_found(id: &str) -> ApiError {
