@@ -252,3 +252,207 @@ fn check_messages(m: &Value) {
     assert_eq!(missing["body"]["type"], "error");
     assert_eq!(missing["body"]["error"]["type"], "invalid_request_error");
 }
+
+/// Arguments a tool call gave `get_weather`, checked against its schema.
+fn check_weather_arguments(args: &Value) {
+    assert!(args["city"].is_string(), "{args}");
+    assert!(
+        ["celsius", "fahrenheit"].contains(&args["unit"].as_str().unwrap_or("")),
+        "{args}"
+    );
+    if let Some(days) = args.get("days") {
+        assert!(
+            days.as_u64().is_some_and(|d| (1..=7).contains(&d)),
+            "{args}"
+        );
+    }
+    let known = ["city", "unit", "days"];
+    assert!(
+        args.as_object()
+            .unwrap()
+            .keys()
+            .all(|k| known.contains(&k.as_str())),
+        "{args}"
+    );
+}
+
+/// Every call of a list went to `get_weather` with valid arguments.
+fn check_calls(calls: &Value, arguments: &str) {
+    let calls = calls.as_array().expect("calls");
+    assert!(!calls.is_empty(), "no tool call");
+    for call in calls {
+        assert_eq!(call["name"], "get_weather", "{call}");
+        check_weather_arguments(&call[arguments]);
+    }
+}
+
+#[test]
+fn tool_calls_through_the_gateway_reach_the_sdks_and_are_counted() {
+    let python = python::interpreter();
+    python::require(&python, "anthropic", SETUP_HINT);
+    let pods = [
+        pod("pod-t1", &["tools"], &[]),
+        pod("pod-t2", &["tools"], &[]),
+    ];
+    let yaml = format!(
+        "models:\n- name: tools\n  endpoints: {}\n",
+        endpoints(&[&pods[0], &pods[1]])
+    );
+    let keys = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        keys.path(),
+        "tenants:\n  - name: t\n    keys: [k]\n    limits: {tokensPerMinute: 60, tokenBurst: 1000000}\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(
+        &yaml,
+        &[
+            "--api-key-file",
+            keys.path().to_str().unwrap(),
+            "--admin-auth-token",
+            "admin",
+            "--usage-headers",
+            "true",
+        ],
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/sdk_tool_calls.py");
+    let r = python::run_json(
+        &python,
+        &script,
+        &[&format!("http://{}", gw.addr), "k", "tools"],
+    );
+    println!("SDKs {}", r["versions"]);
+
+    // Chat: JSON, streamed with usage, streamed without asking for it.
+    let chat = &r["chat"];
+    let json_chat = &chat["json"];
+    check_calls(&json_chat["tool_calls"], "arguments");
+    assert_eq!(json_chat["finish_reason"], "tool_calls");
+    assert_eq!(json_chat["content"], Value::Null);
+    let prompt = json_chat["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(
+        json_chat["headers"]["x-flexinfer-prompt-tokens"],
+        prompt.to_string()
+    );
+    assert_eq!(
+        json_chat["headers"]["x-flexinfer-finish-reason"],
+        "tool_calls"
+    );
+    for key in ["stream_usage", "stream_unasked"] {
+        check_calls(&chat[key]["tool_calls"], "arguments");
+        assert_eq!(chat[key]["finish_reason"], "tool_calls", "{key}");
+    }
+    assert!(chat["stream_usage"]["usage"]["completion_tokens"].as_u64() > Some(0));
+    assert_eq!(
+        chat["stream_unasked"]["usage"],
+        Value::Null,
+        "the gateway's usage request stays hidden"
+    );
+    let follow = &chat["follow_up"];
+    assert!(
+        follow["content"].as_str().is_some_and(|c| !c.is_empty()),
+        "{follow}"
+    );
+    assert_eq!(follow["tool_calls"], json!([]));
+
+    // Responses: the call, its stream, and the follow-up on the pod that has it.
+    let responses = &r["responses"];
+    check_calls(&responses["json"]["calls"], "arguments");
+    check_calls(&responses["stream"]["calls"], "arguments");
+    let types: Vec<&str> = responses["stream"]["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for t in [
+        "response.created",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ] {
+        assert!(types.contains(&t), "{t} in {types:?}");
+    }
+    let follow = &responses["follow_up"];
+    assert!(
+        follow["text"].as_str().is_some_and(|t| !t.is_empty()),
+        "{follow}"
+    );
+    assert_eq!(follow["calls"], json!([]));
+
+    // Messages: tool_use blocks, JSON and streamed, then the tool_result.
+    let messages = &r["messages"];
+    for key in ["json", "stream"] {
+        assert_eq!(messages[key]["stop_reason"], "tool_use", "{key}");
+        check_calls(&messages[key]["calls"], "input");
+    }
+    assert_eq!(messages["follow_up"]["types"], json!(["text"]));
+
+    // Every answer was counted, the stream the SDK saw no usage of too,
+    // and the tenant's budget was charged what the counters hold.
+    let seen = |usage: &Value, prompt: &str, output: &str| {
+        (
+            usage[prompt].as_f64().unwrap_or(0.0),
+            usage[output].as_f64().unwrap_or(0.0),
+        )
+    };
+    let mut sdk = vec![
+        seen(&json_chat["usage"], "prompt_tokens", "completion_tokens"),
+        seen(
+            &chat["stream_usage"]["usage"],
+            "prompt_tokens",
+            "completion_tokens",
+        ),
+        seen(
+            &chat["follow_up"]["usage"],
+            "prompt_tokens",
+            "completion_tokens",
+        ),
+    ];
+    for key in ["json", "stream", "follow_up"] {
+        sdk.push(seen(
+            &responses[key]["usage"],
+            "input_tokens",
+            "output_tokens",
+        ));
+        let u = &messages[key]["usage"];
+        let cache = u["cache_read_input_tokens"].as_f64().unwrap_or(0.0)
+            + u["cache_creation_input_tokens"].as_f64().unwrap_or(0.0);
+        let (p, o) = seen(u, "input_tokens", "output_tokens");
+        sdk.push((p + cache, o));
+    }
+    assert!(sdk.iter().all(|&(p, o)| p > 0.0 && o > 0.0), "{sdk:?}");
+    let metrics = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        support::client()
+            .get(gw.url("/metrics"))
+            .bearer_auth("admin")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    let counted = |kind: &str| {
+        support::metric_value(
+            &metrics,
+            &format!(
+                "flexinfer_proxy_tokens_total{{kind=\"{kind}\",model=\"tools\",tenant=\"t\"}}"
+            ),
+        )
+    };
+    let sdk_prompt: f64 = sdk.iter().map(|u| u.0).sum();
+    let sdk_output: f64 = sdk.iter().map(|u| u.1).sum();
+    // The unasked stream adds what only the gateway saw.
+    let (extra_prompt, extra_output) = (
+        counted("prompt") - sdk_prompt,
+        counted("completion") - sdk_output,
+    );
+    assert_eq!(
+        extra_prompt, prompt as f64,
+        "the unasked stream's prompt: {metrics}"
+    );
+    assert!(extra_output > 0.0, "the unasked stream's output: {metrics}");
+}
