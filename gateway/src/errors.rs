@@ -1,7 +1,10 @@
 //! OpenAI-shaped error responses.
 //!
 //! Every error the gateway answers itself uses the envelope clients of the
-//! OpenAI API already parse: `{"error":{"message","type","param","code"}}`.
+//! OpenAI API already parse: `{"error":{"message","type","param","code"}}`;
+//! on Anthropic's Messages API (`/v1/messages…`) the same error is written
+//! in Anthropic's envelope instead, which its SDKs parse:
+//! `{"type":"error","error":{"type","message"},"request_id"}`.
 
 use serde::Serialize;
 
@@ -357,6 +360,63 @@ impl ApiError {
     }
 }
 
+#[derive(Serialize)]
+struct AnthropicEnvelope<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    error: AnthropicBody<'a>,
+    request_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct AnthropicBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: &'a str,
+}
+
+impl ApiError {
+    /// The error type Anthropic's API gives an answer of this status.
+    fn anthropic_kind(&self) -> &'static str {
+        match self.status {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            408 | 504 => "timeout_error",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            500..=599 => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The JSON body of this error in Anthropic's envelope, with a
+    /// trailing newline.
+    pub fn anthropic_body(&self, request_id: Option<&str>) -> Vec<u8> {
+        let envelope = AnthropicEnvelope {
+            kind: "error",
+            error: AnthropicBody {
+                kind: self.anthropic_kind(),
+                message: &self.message,
+            },
+            request_id,
+        };
+        let mut out = serde_json::to_vec(&envelope).unwrap_or_default();
+        out.push(b'\n');
+        out
+    }
+
+    /// The body for a request to `path`: Anthropic's envelope on its
+    /// Messages API, OpenAI's elsewhere.
+    pub fn body_for(&self, path: &str, request_id: Option<&str>) -> Vec<u8> {
+        if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+            self.anthropic_body(request_id)
+        } else {
+            self.body()
+        }
+    }
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}: {}", self.status, self.code, self.message)
@@ -377,6 +437,34 @@ mod tests {
         assert_eq!(v["error"]["type"], "not_found_error");
         assert_eq!(v["error"]["param"], "model");
         assert_eq!(v["error"]["message"], "Model 'llama' not found");
+    }
+
+    #[test]
+    fn messages_api_errors_have_anthropics_shape() {
+        let err = ApiError::missing_model();
+        let v: serde_json::Value =
+            serde_json::from_slice(&err.body_for("/v1/messages", Some("req-1"))).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["message"], err.message);
+        assert_eq!(v["request_id"], "req-1");
+        let cases = [
+            (ApiError::unauthorized(), "authentication_error"),
+            (ApiError::model_not_found("m"), "not_found_error"),
+            (ApiError::rate_limited(1), "rate_limit_error"),
+            (ApiError::queue_full(), "overloaded_error"),
+            (ApiError::bad_gateway(), "api_error"),
+            (ApiError::gateway_timeout(), "timeout_error"),
+        ];
+        for (err, kind) in cases {
+            let v: serde_json::Value =
+                serde_json::from_slice(&err.body_for("/v1/messages/count_tokens", None)).unwrap();
+            assert_eq!(v["error"]["type"], kind, "{err}");
+            assert!(v["request_id"].is_null());
+        }
+        let openai: serde_json::Value =
+            serde_json::from_slice(&err.body_for("/v1/chat/completions", None)).unwrap();
+        assert_eq!(openai["error"]["code"], "missing_required_field");
     }
 
     #[test]

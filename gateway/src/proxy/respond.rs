@@ -30,16 +30,15 @@ pub(super) async fn reject(
     if err.status == 401 {
         extra.push(("www-authenticate", "Bearer realm=\"flexinfer\"".to_string()));
     }
-    respond(
-        session,
-        ctx,
-        err.status,
-        "application/json",
-        Bytes::from(err.body()),
-        &extra,
-    )
-    .await?;
+    let body = error_body(session, ctx, &err);
+    respond(session, ctx, err.status, "application/json", body, &extra).await?;
     Ok(true)
+}
+
+/// `err` as the API the request was made to writes errors.
+fn error_body(session: &Session, ctx: &RequestCtx, err: &ApiError) -> Bytes {
+    let path = session.req_header().uri.path();
+    Bytes::from(err.body_for(path, ctx.request_id.as_deref()))
 }
 
 /// Writes a complete response that keeps the client connection usable.
@@ -103,15 +102,8 @@ pub(super) async fn answer_failure(
     if closing {
         session.set_keepalive(None);
     }
-    let _ = respond(
-        session,
-        ctx,
-        code,
-        "application/json",
-        Bytes::from(err.body()),
-        &[],
-    )
-    .await;
+    let body = error_body(session, ctx, &err);
+    let _ = respond(session, ctx, code, "application/json", body, &[]).await;
     pingora_proxy::FailToProxy {
         error_code: code,
         can_reuse_downstream: !closing,
