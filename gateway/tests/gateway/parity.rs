@@ -95,11 +95,31 @@ async fn request_validation_refuses_malformed_chats_before_the_engine() {
     let gw = Gateway::start(&yaml, &["--validate-requests", "true"]);
     let url = gw.url("/v1/chat/completions");
     let cases = [
-        (json!({"model": "m"}), "messages is required and must not be empty", "messages"),
-        (json!({"model": "m", "messages": []}), "messages is required and must not be empty", "messages"),
-        (json!({"model": "m", "messages": "hello"}), "messages must be an array", "messages"),
-        (json!({"model": "m", "messages": [{"role": 3, "content": "x"}]}), "messages[0].role must be a string", "messages[0].role"),
-        (json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}), "temperature must be a number", "temperature"),
+        (
+            json!({"model": "m"}),
+            "messages is required and must not be empty",
+            "messages",
+        ),
+        (
+            json!({"model": "m", "messages": []}),
+            "messages is required and must not be empty",
+            "messages",
+        ),
+        (
+            json!({"model": "m", "messages": "hello"}),
+            "messages must be an array",
+            "messages",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": 3, "content": "x"}]}),
+            "messages[0].role must be a string",
+            "messages[0].role",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
+            "temperature must be a number",
+            "temperature",
+        ),
     ];
     for (body, message, param) in cases {
         let resp = post_json(&url, &serde_json::to_vec(&body).unwrap(), &[]).await;
@@ -110,7 +130,10 @@ async fn request_validation_refuses_malformed_chats_before_the_engine() {
         assert_eq!(err["error"]["message"], message, "{err}");
         assert_eq!(err["error"]["param"], param, "{err}");
     }
-    assert!(recorded(&sim).await.is_empty(), "an invalid request reached the engine");
+    assert!(
+        recorded(&sim).await.is_empty(),
+        "an invalid request reached the engine"
+    );
     // A valid request, and a streamed one, pass.
     let ok = post_json(&url, &serde_json::to_vec(&support::chat("m")).unwrap(), &[]).await;
     assert_eq!(ok.status(), 200);
@@ -145,7 +168,10 @@ async fn prefix_cache_hit_rate_header_when_asked() {
     .unwrap();
     let resp = post_json(&url, &body, &[]).await;
     assert_eq!(resp.status(), 200);
-    assert!(resp.headers().get("x-flexinfer-prefix-cache-hit-rate").is_none());
+    assert!(resp
+        .headers()
+        .get("x-flexinfer-prefix-cache-hit-rate")
+        .is_none());
     let deadline = Instant::now() + Duration::from_secs(10);
     let rate = loop {
         let resp = post_json(&url, &body, &[("x-flexinfer-want-prefix-hit", " TRUE ")]).await;
@@ -159,10 +185,16 @@ async fn prefix_cache_hit_rate_header_when_asked() {
     let (whole, decimals) = rate.split_once('.').expect("a decimal rate");
     assert_eq!((whole.len(), decimals.len()), (1, 4), "{rate}");
     let value: f64 = rate.parse().unwrap();
-    assert!(value > 0.0 && value <= 1.0, "the repeated prompt hits: {rate}");
+    assert!(
+        value > 0.0 && value <= 1.0,
+        "the repeated prompt hits: {rate}"
+    );
     // Not asked: no header, even now that a reading exists.
     let resp = post_json(&url, &body, &[]).await;
-    assert!(resp.headers().get("x-flexinfer-prefix-cache-hit-rate").is_none());
+    assert!(resp
+        .headers()
+        .get("x-flexinfer-prefix-cache-hit-rate")
+        .is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +220,11 @@ async fn debug_config_redacts_every_secret() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let text = resp.text().await.unwrap();
-    for secret in ["sk-client-secret-1", "sk-client-secret-2", "sk-admin-secret-3"] {
+    for secret in [
+        "sk-client-secret-1",
+        "sk-client-secret-2",
+        "sk-admin-secret-3",
+    ] {
         assert!(!text.contains(secret), "{secret} leaked: {text}");
     }
     let config: Value = serde_json::from_str(&text).unwrap();
@@ -317,8 +353,10 @@ async fn activation_backoff_applies_to_local_models() {
     assert!(marker.exists());
     let metrics = gw.metrics().await;
     assert!(
-        support::metric_value(&metrics, "flexinfer_proxy_activation_retries_total{model=\"flaky\"}")
-            >= 1.0,
+        support::metric_value(
+            &metrics,
+            "flexinfer_proxy_activation_retries_total{model=\"flaky\"}"
+        ) >= 1.0,
         "{metrics}"
     );
 }
