@@ -17,6 +17,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::errors::ApiError;
 use crate::flow::{Class, FairQueue, Waiter};
+use crate::kube::backoff::ActivationBackoff;
 
 /// Seconds a client is told to wait after a full queue.
 pub const QUEUE_FULL_RETRY_AFTER: u64 = 5;
@@ -201,19 +202,46 @@ impl ModelQueue {
     /// when it turns ready (or failing them when it fails). A failure that
     /// was already reported when watching began is stale: the activation
     /// that queued these requests retries it, so only a new failure counts.
-    async fn watch(self: Arc<Self>, model: String, mut status: watch::Receiver<ModelStatus>) {
+    ///
+    /// With `retry` (`--backoff-enabled`), a failed activation is started
+    /// again after a backoff wait, up to its retries, while the requests
+    /// keep waiting (each within its own timeout).
+    async fn watch(
+        self: Arc<Self>,
+        model: String,
+        mut status: watch::Receiver<ModelStatus>,
+        retry: Option<(Arc<dyn ModelLifecycle>, ActivationBackoff)>,
+    ) {
         let mut first = true;
+        let mut attempt = 0;
         loop {
             let (phase, message) = {
                 let now = status.borrow_and_update();
                 (now.phase, now.message.clone())
             };
-            match phase {
-                Phase::Ready => self.set_ready(true),
-                Phase::Failed if !first => self.fail_all(&ApiError::activation_failed(
-                    &model,
-                    message.as_deref().unwrap_or("the model process failed"),
-                )),
+            let message = || message.as_deref().unwrap_or("the model process failed");
+            match (phase, &retry) {
+                (Phase::Ready, _) => self.set_ready(true),
+                (Phase::Failed, Some((lifecycle, backoff)))
+                    if !first && attempt < backoff.retries && self.len() > 0 =>
+                {
+                    let pause = backoff.wait(attempt, ActivationBackoff::jitter());
+                    tracing::warn!(
+                        model,
+                        error = message(),
+                        retry = attempt + 1,
+                        of = backoff.retries,
+                        wait_ms = crate::logging::millis(pause),
+                        "activation failed; retrying"
+                    );
+                    backoff.record(&model, pause);
+                    attempt += 1;
+                    tokio::time::sleep(pause).await;
+                    lifecycle.activate(&model);
+                }
+                (Phase::Failed, _) if !first => {
+                    self.fail_all(&ApiError::activation_failed(&model, message()))
+                }
                 _ => self.set_ready(false),
             }
             first = false;
@@ -245,6 +273,8 @@ impl ModelQueue {
 /// between tenants ([`crate::flow`]).
 pub struct ActivationQueues {
     lifecycle: Option<Arc<dyn ModelLifecycle>>,
+    /// How a failed activation is retried here, when it is.
+    backoff: Option<ActivationBackoff>,
     settings: QueueSettings,
     queues: Mutex<HashMap<String, Arc<ModelQueue>>>,
     tickets: AtomicU64,
@@ -305,10 +335,18 @@ impl ActivationQueues {
     pub fn new(lifecycle: Option<Arc<dyn ModelLifecycle>>, settings: QueueSettings) -> Self {
         Self {
             lifecycle,
+            backoff: None,
             settings,
             queues: Mutex::new(HashMap::new()),
             tickets: AtomicU64::new(0),
         }
+    }
+
+    /// Retries a failed activation with `backoff` while its requests wait
+    /// (for lifecycles that do not retry on their own: local models).
+    pub fn with_backoff(mut self, backoff: Option<ActivationBackoff>) -> Self {
+        self.backoff = backoff;
+        self
     }
 
     /// The lifecycle behind the queues, when models are run on demand.
@@ -455,7 +493,8 @@ impl ActivationQueues {
             }
             if let Some(status) = status {
                 if !queue.watcher_running.swap(true, Ordering::SeqCst) {
-                    tokio::spawn(queue.clone().watch(model.to_string(), status));
+                    let retry = self.lifecycle.clone().zip(self.backoff.clone());
+                    tokio::spawn(queue.clone().watch(model.to_string(), status, retry));
                 }
             }
             self.settings

@@ -35,6 +35,9 @@ pub struct ErrorExtra {
     pub headers: Vec<(&'static str, String)>,
     /// The `admission` block beside `error` (context-window refusals).
     pub admission: Option<serde_json::Value>,
+    /// A `param` built at run time (e.g. `messages[2].role`), in place of
+    /// [`ApiError::param`].
+    pub param: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -113,6 +116,16 @@ impl ApiError {
             format!("Invalid value for field '{field}': {reason}"),
         );
         e.param = Some(field);
+        e
+    }
+
+    /// 400 for a request that failed validation (`PROXY_VALIDATE_REQUESTS`):
+    /// `param` is the field of the first problem, omitted when empty.
+    pub fn validation(message: impl Into<String>, param: &str) -> Self {
+        let mut e = Self::new(400, "invalid_request_error", "validation_error", message);
+        if !param.is_empty() {
+            e.extra_mut().param = Some(param.to_owned());
+        }
         e
     }
 
@@ -349,7 +362,11 @@ impl ApiError {
             error: Body {
                 message: &self.message,
                 kind: self.kind,
-                param: self.param,
+                param: self
+                    .extra
+                    .as_ref()
+                    .and_then(|x| x.param.as_deref())
+                    .or(self.param),
                 code: self.code,
             },
             admission: self.extra.as_ref().and_then(|x| x.admission.as_ref()),

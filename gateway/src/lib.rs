@@ -38,3 +38,4 @@ pub mod runtime_thread;
 pub mod server;
 pub mod tenants;
 pub mod tokens;
+pub mod validation;

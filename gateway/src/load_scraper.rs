@@ -1,4 +1,5 @@
-//! Reads the load of `cache-aware` models' engines: every interval each
+//! Reads the load of `cache-aware` models' engines (and of engines whose
+//! prefix-cache hit rate a client asked for): every interval each
 //! endpoint's `GET /metrics` is parsed for requests running and waiting,
 //! KV-cache use and loaded LoRA adapters (vLLM, SGLang and llama.cpp server
 //! names), and kept with the endpoint for the scorer. A scrape that fails,
@@ -45,13 +46,14 @@ impl LoadScraper {
     /// Scrapes every endpoint of every cache-aware route once.
     pub async fn round(&self, connector: &Connector) {
         let table = self.store.snapshot();
-        let scrapes = table
-            .routes()
-            .iter()
-            .filter(|route| route.strategy == Strategy::CacheAware)
-            .flat_map(|route| {
-                (0..route.endpoints.len()).map(move |idx| self.scrape(connector, route, idx))
-            });
+        let scrapes = table.routes().iter().flat_map(|route| {
+            // Cache-aware routes' engines, and those whose prefix-cache
+            // hit rate a client asked for.
+            let all = route.strategy == Strategy::CacheAware;
+            (0..route.endpoints.len())
+                .filter(move |&idx| all || route.endpoints.backend_load(idx).hit_rate_wanted())
+                .map(move |idx| self.scrape(connector, route, idx))
+        });
         join_all(scrapes).await;
     }
 

@@ -22,6 +22,7 @@ use crate::auth::Auth;
 use crate::cli::Cli;
 use crate::connections::GuardedApp;
 use crate::file_reloader::FileReloader;
+use crate::kube::backoff::ActivationBackoff;
 use crate::metrics::Metrics;
 use crate::modes;
 use crate::proxy::{Gateway, ProxySettings, SideRoutes, WindowSettings};
@@ -34,6 +35,7 @@ pub struct GatewayServer {
     shutdown: Option<Box<dyn FnOnce() + Send>>,
     draining: Arc<AtomicBool>,
     drain_delay: Duration,
+    graceful_timeout: Duration,
     /// Where models come from, for the start-up log line.
     pub source: String,
     /// The metrics the proxy records.
@@ -64,7 +66,11 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     proxy.add_tcp(&cli.listen);
     server.add_service(proxy);
     if let Some(addr) = &cli.metrics_listen {
-        let admin = AdminApp { side_routes };
+        let debug_config = serde_json::to_vec_pretty(&cli.debug_config()).unwrap_or_default();
+        let admin = AdminApp {
+            side_routes,
+            debug_config,
+        };
         let mut svc = Service::new("flexinfer-admin".to_string(), HttpServer::new_app(admin));
         svc.add_tcp(addr);
         server.add_service(svc);
@@ -77,6 +83,7 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         shutdown: mode.shutdown,
         draining,
         drain_delay: cli.shutdown_drain_delay,
+        graceful_timeout: cli.graceful_shutdown_timeout,
         source: mode.source,
         metrics,
     })
@@ -104,9 +111,11 @@ fn gateway(
         max_attempts: cli.attempts(),
         outlier: cli.outlier_policy(),
         routing_enabled: cli.routing_enabled,
+        key_limits: cli.key_limits(),
         route_debug_header: cli.route_debug_header,
         tenant_cache_salt: cli.tenant_cache_salt,
         usage_headers: cli.usage_headers,
+        validate_requests: cli.validate_requests,
         max_concurrency_per_endpoint: (cli.max_concurrency_per_endpoint > 0)
             .then_some(cli.max_concurrency_per_endpoint),
         window: WindowSettings {
@@ -140,7 +149,17 @@ fn gateway(
         queue_timeout: cli.queue_timeout,
         cold_start_timeout: cli.cold_start_timeout,
     };
-    let queues = ActivationQueues::new(mode.lifecycle.clone(), queue_settings);
+    // Kubernetes mode retries failed scale-ups itself (`kube::actions`);
+    // local models are retried by the queues.
+    let backoff = (cli.backoff_enabled && !cli.kubernetes).then(|| ActivationBackoff {
+        retries: cli.backoff_max_retries,
+        initial: cli.backoff_initial_wait,
+        max: cli.backoff_max_wait,
+        retried: metrics.activation_retries.clone(),
+        waited: metrics.activation_retry_wait.clone(),
+    });
+    let queues =
+        ActivationQueues::new(mode.lifecycle.clone(), queue_settings).with_backoff(backoff);
     Ok(gateway.with_activation(Arc::new(queues)))
 }
 
@@ -205,8 +224,8 @@ fn admin_keys(cli: &Cli) -> Option<Auth> {
 }
 
 /// Pingora's settings: worker threads, and shutdown timing (draining is
-/// handled by our own signal watch, drain delay first, so Pingora closes
-/// listeners at once when told to stop).
+/// handled by our own signal watch, which tells Pingora to stop once
+/// nothing is in flight: it then closes the listeners and stops at once).
 fn server_conf(cli: &Cli) -> ServerConf {
     let threads = if cli.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -216,7 +235,7 @@ fn server_conf(cli: &Cli) -> ServerConf {
     ServerConf {
         threads,
         grace_period_seconds: Some(0),
-        graceful_shutdown_timeout_seconds: Some(cli.graceful_shutdown_timeout.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(1),
         ..ServerConf::default()
     }
 }
@@ -227,6 +246,8 @@ impl GatewayServer {
         let watch = SignalWatch {
             draining: self.draining.clone(),
             drain_delay: self.drain_delay,
+            graceful_timeout: self.graceful_timeout,
+            metrics: self.metrics.clone(),
             stop: None,
         };
         self.run_with(watch);
@@ -237,6 +258,8 @@ impl GatewayServer {
         let watch = SignalWatch {
             draining: self.draining.clone(),
             drain_delay: self.drain_delay,
+            graceful_timeout: self.graceful_timeout,
+            metrics: self.metrics.clone(),
             stop: Some(stop),
         };
         self.run_with(watch);
@@ -252,12 +275,42 @@ impl GatewayServer {
     }
 }
 
-/// Turns signals into Pingora shutdown requests, flipping `/readyz` to 503
-/// and waiting the drain delay before a graceful stop.
+/// Turns signals into Pingora shutdown requests. SIGTERM flips `/readyz`
+/// to 503 and keeps serving while requests are in flight (streams run to
+/// their end), for up to the drain delay plus the graceful-shutdown
+/// timeout; the moment nothing is in flight it stops: an idle gateway
+/// exits at once. SIGINT stops at once, also while draining.
 struct SignalWatch {
     draining: Arc<AtomicBool>,
     drain_delay: Duration,
+    graceful_timeout: Duration,
+    metrics: Metrics,
     stop: Option<Arc<Notify>>,
+}
+
+/// How often the requests in flight are counted while draining.
+const DRAIN_POLL: Duration = Duration::from_millis(25);
+
+impl SignalWatch {
+    /// Requests being proxied now, over all models.
+    fn in_flight(&self) -> i64 {
+        use prometheus::core::Collector;
+        self.metrics
+            .active
+            .collect()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .map(|m| m.get_gauge().get_value() as i64)
+            .sum()
+    }
+
+    /// Waits until nothing is in flight or `limit` passes.
+    async fn idle_within(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL.min(limit)).await;
+        }
+    }
 }
 
 #[async_trait]
@@ -282,9 +335,17 @@ impl ShutdownSignalWatch for SignalWatch {
             _ = int.recv() => ShutdownSignal::FastShutdown,
             _ = term.recv() => {
                 self.draining.store(true, Ordering::SeqCst);
-                tracing::info!(delay = ?self.drain_delay, "SIGTERM: draining before shutdown");
-                tokio::time::sleep(self.drain_delay).await;
-                ShutdownSignal::GracefulTerminate
+                tracing::info!(
+                    in_flight = self.in_flight(),
+                    drain_delay = %humantime::format_duration(self.drain_delay),
+                    graceful_timeout = %humantime::format_duration(self.graceful_timeout),
+                    "SIGTERM: draining before shutdown"
+                );
+                let drained = self.idle_within(self.drain_delay + self.graceful_timeout);
+                tokio::select! {
+                    _ = drained => ShutdownSignal::GracefulTerminate,
+                    _ = int.recv() => ShutdownSignal::FastShutdown,
+                }
             }
             _ = test_stop => ShutdownSignal::FastShutdown,
         }
@@ -292,19 +353,22 @@ impl ShutdownSignalWatch for SignalWatch {
 }
 
 /// `/metrics`, `/healthz` and `/readyz` on the admin address: the proxy's
-/// own side routes, 404 for anything else.
+/// own side routes; `/debug/config`: the settings in force, secrets
+/// redacted; 404 for anything else.
 struct AdminApp {
     side_routes: SideRoutes,
+    debug_config: Vec<u8>,
 }
 
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let (status, content_type, body) =
-            match self.side_routes.answer(session.req_header().uri.path()) {
-                Some(a) => (a.status, a.content_type, a.body.to_vec()),
-                None => (404, "text/plain", b"not found".to_vec()),
-            };
+        let path = session.req_header().uri.path();
+        let (status, content_type, body) = match self.side_routes.answer(path) {
+            Some(a) => (a.status, a.content_type, a.body.to_vec()),
+            None if path == "/debug/config" => (200, "application/json", self.debug_config.clone()),
+            None => (404, "text/plain", b"not found".to_vec()),
+        };
         Response::builder()
             .status(status)
             .header(http::header::CONTENT_TYPE, content_type)

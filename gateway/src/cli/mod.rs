@@ -1,7 +1,10 @@
 //! Command-line flags; every environment variable listed in `docs/gateway.md`
 //! (Flags and environment) maps to one flag with the default given there.
 
+mod debug_config;
 mod validate;
+
+pub use debug_config::REDACTED;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -233,6 +236,33 @@ pub struct Cli {
     #[arg(long, env = "PROXY_ROUTING_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
     pub routing_enabled: bool,
 
+    /// Longest explicit prefix-cache key (`X-Flexinfer-Cache-Key`, body
+    /// `cache_key`) accepted; longer keys are ignored (0 means 128).
+    #[arg(
+        long,
+        env = "PROXY_ROUTING_EXPLICIT_KEY_MAX_LENGTH",
+        default_value_t = crate::routing::DEFAULT_EXPLICIT_KEY_MAX_LEN
+    )]
+    pub routing_explicit_key_max_length: usize,
+
+    /// Characters of each system message (and of a legacy `prefix`) that
+    /// make up a prefix routing key (0 means 512).
+    #[arg(
+        long,
+        env = "PROXY_ROUTING_SYSTEM_SEGMENT_MAX_LENGTH",
+        default_value_t = crate::routing::DEFAULT_SYSTEM_SEGMENT_MAX_LEN
+    )]
+    pub routing_system_segment_max_length: usize,
+
+    /// Characters of the document context that go into a prefix routing
+    /// key (0 means 256).
+    #[arg(
+        long,
+        env = "PROXY_ROUTING_DOCUMENT_SEGMENT_MAX_LENGTH",
+        default_value_t = crate::routing::DEFAULT_DOCUMENT_SEGMENT_MAX_LEN
+    )]
+    pub routing_document_segment_max_length: usize,
+
     /// Add `X-Flexinfer-Route: endpoint=<pod>; strategy=<s>[; reason=<why>]` to
     /// proxied responses, naming where the request went and why (debugging;
     /// it reveals endpoint addresses, so it is off by default). With an
@@ -258,6 +288,13 @@ pub struct Cli {
     /// `X-Flexinfer-Upstream-Ms` is on every completion answer regardless.
     #[arg(long, env = "FLEXINFER_PROXY_USAGE_HEADERS", default_value_t = false, action = clap::ArgAction::Set)]
     pub usage_headers: bool,
+
+    /// Check chat, completion and embedding requests before forwarding
+    /// them: a body without messages, with an unknown role, a field of the
+    /// wrong type or a sampling value out of range gets 400
+    /// `validation_error` instead of reaching an engine.
+    #[arg(long, env = "PROXY_VALIDATE_REQUESTS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub validate_requests: bool,
 
     /// How a service label claimed by several models picks one of its Ready
     /// members: `round-robin` (also empty, the default), `least-loaded`,
@@ -383,7 +420,8 @@ pub struct Cli {
     #[arg(long, env = "PROXY_COLD_START_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub cold_start_timeout: Duration,
 
-    /// Kubernetes mode: try a failed scale-up again, with exponential
+    /// Try a failed activation again (a failed scale-up in Kubernetes mode,
+    /// a local model whose process failed to start), with exponential
     /// backoff and jitter, while its requests wait.
     #[arg(long, env = "PROXY_BACKOFF_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
     pub backoff_enabled: bool,
@@ -401,11 +439,15 @@ pub struct Cli {
     #[arg(long, env = "PROXY_BACKOFF_MAX_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub backoff_max_wait: Duration,
 
-    /// Time between SIGTERM and closing the listener; /readyz answers 503 meanwhile.
+    /// After SIGTERM, /readyz answers 503 and requests in flight are
+    /// waited for, streams included, for up to this delay plus
+    /// --graceful-shutdown-timeout; the gateway exits as soon as nothing
+    /// is in flight (at once when idle).
     #[arg(long, env = "PROXY_SHUTDOWN_DRAIN_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
     pub shutdown_drain_delay: Duration,
 
-    /// Longest time in-flight requests get to finish after the listener closes.
+    /// Longest time in-flight requests get to finish after SIGTERM, beyond
+    /// the drain delay; what is still running then is cut.
     #[arg(long, env = "PROXY_GRACEFUL_SHUTDOWN_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     pub graceful_shutdown_timeout: Duration,
 
@@ -534,6 +576,25 @@ impl Cli {
     /// The label-group mode (`--label-group-routing`); unset is round-robin.
     pub fn label_group_mode(&self) -> Result<crate::label_groups::LabelGroupMode, String> {
         self.label_group_routing.as_deref().unwrap_or("").parse()
+    }
+
+    /// Bounds of routing-key derivation (`PROXY_ROUTING_*_MAX_LENGTH`); 0
+    /// keeps a bound's default.
+    pub fn key_limits(&self) -> crate::routing::KeyLimits {
+        let or = |value: usize, default: usize| if value == 0 { default } else { value };
+        let d = crate::routing::KeyLimits::DEFAULT;
+        crate::routing::KeyLimits {
+            explicit_key_max_len: or(self.routing_explicit_key_max_length, d.explicit_key_max_len),
+            system_segment_max_len: or(
+                self.routing_system_segment_max_length,
+                d.system_segment_max_len,
+            ),
+            document_segment_max_len: or(
+                self.routing_document_segment_max_length,
+                d.document_segment_max_len,
+            ),
+            first_turn_max_len: d.first_turn_max_len,
+        }
     }
 
     /// Upstream attempts clamped to 1..=3; 0 counts as the default, 2.

@@ -57,6 +57,9 @@ pub struct ConnectionState {
     /// Counts requests, so that the stream notices a new header wait even
     /// if it saw none of the phases in between.
     request: AtomicU64,
+    /// The connection is closed with a request body still coming: close
+    /// it lingeringly ([`linger_on_close`]).
+    linger: AtomicBool,
 }
 
 impl ConnectionState {
@@ -64,6 +67,7 @@ impl ConnectionState {
         Self {
             awaiting_header: AtomicBool::new(true),
             request: AtomicU64::new(0),
+            linger: AtomicBool::new(false),
         }
     }
 
@@ -92,3 +96,17 @@ pub fn request_ended() {
         c.awaiting_header.store(true, Ordering::Release);
     });
 }
+
+/// This connection is answered and closed while the client may still be
+/// sending its request body (a refusal before the body was read): when it
+/// closes, the gateway stops writing but reads and discards what the client
+/// still sends, for up to [`LINGER_TIME`], as nginx's `lingering_close`
+/// does. Closing at once would make the kernel reset the connection over
+/// the unread bytes, and a client that writes its whole body before reading
+/// (Python's `http.client`, many SDKs) would see the reset, not the answer.
+pub fn linger_on_close() {
+    let _ = CONNECTION.try_with(|c| c.linger.store(true, Ordering::Release));
+}
+
+/// Longest time a closing connection keeps reading what the client sends.
+pub const LINGER_TIME: Duration = Duration::from_secs(5);

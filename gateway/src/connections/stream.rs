@@ -200,6 +200,56 @@ impl AsyncWrite for GuardedStream {
     }
 }
 
+impl Drop for GuardedStream {
+    /// A connection refused here (408, 431) or by the request path before
+    /// the request body was read closes lingeringly
+    /// ([`super::linger_on_close`]): the socket is kept open by a copy of
+    /// its descriptor, which stops writing and reads what still comes in
+    /// the background.
+    fn drop(&mut self) {
+        if !(self.refused || self.state.linger.load(std::sync::atomic::Ordering::Acquire)) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Some(socket) = duplicate(self.inner.id()) else {
+            return;
+        };
+        runtime.spawn(linger(socket));
+    }
+}
+
+/// A second descriptor of the client socket `fd`, as a Tokio stream.
+fn duplicate(fd: UniqueIDType) -> Option<tokio::net::TcpStream> {
+    use std::os::fd::BorrowedFd;
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is the descriptor of the stream being dropped, still
+    // open while `drop` runs; it is only borrowed to duplicate it.
+    let owned = unsafe { BorrowedFd::borrow_raw(fd) }
+        .try_clone_to_owned()
+        .ok()?;
+    let std_stream = std::net::TcpStream::from(owned);
+    std_stream.set_nonblocking(true).ok()?;
+    tokio::net::TcpStream::from_std(std_stream).ok()
+}
+
+/// Stops writing (the answer is out) and discards what the client sends
+/// until it closes or [`super::LINGER_TIME`] passes.
+async fn linger(mut socket: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = socket.shutdown().await;
+    let deadline = tokio::time::Instant::now() + super::LINGER_TIME;
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, socket.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
 impl fmt::Debug for GuardedStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GuardedStream")

@@ -95,7 +95,7 @@ async fn activate(
         }
         let pause = b.wait(attempt, ActivationBackoff::jitter());
         tracing::warn!(model, error = %e, retry = attempt + 1, of = b.retries,
-            wait = %humantime::format_duration(pause), "scale-up failed; retrying");
+            wait_ms = crate::logging::millis(pause), "scale-up failed; retrying");
         b.record(&model, pause);
         tokio::time::sleep(pause).await;
         attempt += 1;

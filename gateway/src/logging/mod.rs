@@ -46,6 +46,13 @@ pub fn init(format: LogFormat, level: &str) -> BatchGuard {
     guard
 }
 
+/// Milliseconds of `elapsed` as a log field: to a tenth of a millisecond
+/// (`2340.7`), which is what a reader of the log can use; more digits are
+/// noise of the clock and of binary floating point.
+pub fn millis(elapsed: std::time::Duration) -> f64 {
+    (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
 /// Drops Pingora's error line about a client that closed or stalled while
 /// sending its request header.
 struct QuietClientAborts;
@@ -103,6 +110,19 @@ impl Visit for Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_milliseconds_have_one_decimal() {
+        use std::time::Duration;
+        assert_eq!(
+            millis(Duration::from_nanos(2_340_736_838)).to_string(),
+            "2340.7"
+        );
+        assert_eq!(millis(Duration::from_micros(300)).to_string(), "0.3");
+        assert_eq!(millis(Duration::from_millis(5)).to_string(), "5");
+        assert_eq!(millis(Duration::ZERO).to_string(), "0");
+        assert_eq!(millis(Duration::from_nanos(99_960)).to_string(), "0.1");
+    }
 
     #[test]
     fn only_header_aborts_are_quiet() {

@@ -10,6 +10,11 @@ pub const ROUTE_HEADER: &str = "x-flexinfer-route";
 /// Response header saying that the output limit was clamped to the
 /// model's context window (`8192->7680`).
 pub const MAX_TOKENS_CLAMPED: &str = "x-flexinfer-maxtokens-clamped";
+/// Request header asking for [`PREFIX_HIT_RATE`] (`1`, `true`, `yes`, `on`).
+pub const WANT_PREFIX_HIT: &str = "x-flexinfer-want-prefix-hit";
+/// Response header with the answering engine's prefix-cache hit rate
+/// (`0.9300`), from its scraped metrics.
+pub const PREFIX_HIT_RATE: &str = "x-flexinfer-prefix-cache-hit-rate";
 /// API key header of Anthropic clients, accepted like `Authorization: Bearer`.
 pub const API_KEY: &str = "x-api-key";
 /// Internal workload-class header (`background` requests never start a
@@ -24,11 +29,12 @@ pub(super) mod parsed {
     pub const REQUEST_ID: HeaderName = HeaderName::from_static(super::REQUEST_ID);
     pub const API_KEY: HeaderName = HeaderName::from_static(super::API_KEY);
     pub const WORKLOAD_CLASS: HeaderName = HeaderName::from_static(super::WORKLOAD_CLASS);
+    pub const WANT_PREFIX_HIT: HeaderName = HeaderName::from_static(super::WANT_PREFIX_HIT);
 }
 
 use http::HeaderValue;
 use pingora_error::Result;
-use pingora_http::ResponseHeader;
+use pingora_http::{RequestHeader, ResponseHeader};
 
 use super::context::RequestCtx;
 use super::usage_headers;
@@ -41,6 +47,7 @@ impl Gateway {
     /// a tenant's rate-limit state.
     pub(super) fn add_response_headers(
         &self,
+        req: &RequestHeader,
         resp: &mut ResponseHeader,
         ctx: &RequestCtx,
     ) -> Result<()> {
@@ -63,6 +70,11 @@ impl Gateway {
         if let Some(since) = plan.completion_since {
             let ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
             resp.insert_header(usage_headers::UPSTREAM_MS, HeaderValue::from(ms))?;
+            if wants_prefix_hit(req) {
+                if let Some(rate) = self.prefix_hit_rate(ctx) {
+                    resp.insert_header(PREFIX_HIT_RATE, format!("{rate:.4}"))?;
+                }
+            }
         }
         if let Some(clamped) = plan.clamped.as_deref() {
             resp.insert_header(MAX_TOKENS_CLAMPED, clamped)?;
@@ -73,5 +85,35 @@ impl Gateway {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether the client asks for the prefix-cache hit rate
+/// (`X-Flexinfer-Want-Prefix-Hit`: `1`, `true`, `yes` or `on`, in any case).
+fn wants_prefix_hit(req: &RequestHeader) -> bool {
+    req.headers
+        .get(parsed::WANT_PREFIX_HIT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .is_some_and(|v| {
+            ["1", "true", "yes", "on"]
+                .iter()
+                .any(|yes| v.eq_ignore_ascii_case(yes))
+        })
+}
+
+impl Gateway {
+    /// The answering endpoint's prefix-cache hit rate, from the engine
+    /// metrics the load scraper reads; the endpoint is scraped from now on
+    /// if it was not.
+    fn prefix_hit_rate(&self, ctx: &RequestCtx) -> Option<f64> {
+        let (plan, &idx) = (ctx.plan.as_ref()?, ctx.tried.last()?);
+        let endpoints = &plan.resolved.route.endpoints;
+        if idx >= endpoints.len() {
+            return None;
+        }
+        let load = endpoints.backend_load(idx);
+        load.want_hit_rate();
+        load.prefix_hit_rate(crate::routing::backend_load::now_ms())
     }
 }

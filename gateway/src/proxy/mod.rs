@@ -262,11 +262,11 @@ impl ProxyHttp for Gateway {
 
     async fn response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         resp: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        self.add_response_headers(resp, ctx)?;
+        self.add_response_headers(session.req_header(), resp, ctx)?;
         ctx.status = resp.status.as_u16();
         self.record_first_byte(ctx);
         Ok(())

@@ -132,6 +132,24 @@ impl RequestHead {
 }
 
 impl Gateway {
+    /// `--validate-requests`: a chat, completion or embedding body an
+    /// engine would refuse is answered here ([`crate::validation`]).
+    /// Bodies the gateway did not read (not JSON) pass unchecked.
+    fn validate_body(
+        &self,
+        session: &Session,
+        model_in_head: bool,
+        body: Option<&Bytes>,
+    ) -> Result<(), ApiError> {
+        let path = session.req_header().uri.path();
+        match (crate::validation::Endpoint::of(path), body) {
+            (Some(endpoint), Some(body)) => {
+                crate::validation::validate(endpoint, body, model_in_head)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Works out model, route, routing key and the body to forward.
     pub(super) async fn plan(
         &self,
@@ -172,6 +190,9 @@ impl Gateway {
             (BodyKind::Untyped, Some(b)) => extract::parse_json(b).ok(),
             _ => None,
         };
+        if self.settings.validate_requests {
+            self.validate_body(session, head.model.is_some(), body.as_ref())?;
+        }
         let requested = requested_model(head.model, json.as_ref(), &head.kind, &body).await?;
         let (resolved, group) = self.resolve(
             &requested,

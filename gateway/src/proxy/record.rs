@@ -1,7 +1,7 @@
 //! What a finished request leaves behind: its metrics and the access-log
 //! line.
 
-use pingora_error::Error;
+use pingora_error::{Error, ErrorSource};
 use pingora_proxy::Session;
 
 use super::context::RequestCtx;
@@ -65,9 +65,39 @@ impl Gateway {
             model,
             tenant = ctx.tenant.as_ref().map(|t| &*t.name),
             status,
-            elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+            elapsed_ms = crate::logging::millis(elapsed),
             error = e.map(|e| e.to_string()),
             "request"
+        );
+        if let Some(e) = e.filter(|e| ctx.proxied && e.esource() != &ErrorSource::Downstream) {
+            self.log_forward_failure(session, e, ctx);
+        }
+    }
+
+    /// The warning for a request the upstream failed: who sent it (address,
+    /// `X-Forwarded-For`, user agent) next to its request id, so that a
+    /// failure reported by a client can be found.
+    fn log_forward_failure(&self, session: &Session, e: &Error, ctx: &RequestCtx) {
+        let headers = &session.req_header().headers;
+        let header = |name: http::header::HeaderName| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+        };
+        let remote_addr = session
+            .as_downstream()
+            .client_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        tracing::warn!(
+            request_id = ctx.request_id.as_deref().unwrap_or(""),
+            remote_addr,
+            x_forwarded_for = header(http::header::HeaderName::from_static("x-forwarded-for")),
+            user_agent = header(http::header::USER_AGENT),
+            model = ctx.model_label(),
+            error = %e,
+            "forward to upstream failed"
         );
     }
 

@@ -21,6 +21,8 @@ pub(super) async fn reject(
     // connection: close it instead.
     if !session.as_mut().is_body_done() {
         session.set_keepalive(None);
+        // The client may still be sending it: close lingeringly.
+        crate::connections::linger_on_close();
     }
     let mut extra: Vec<(&'static str, String)> = Vec::new();
     if let Some(secs) = err.retry_after {
@@ -101,6 +103,9 @@ pub(super) async fn answer_failure(
     let closing = (ctx.proxied && !ctx.is_subrequest) || framing.is_some();
     if closing {
         session.set_keepalive(None);
+        if !session.as_mut().is_body_done() {
+            crate::connections::linger_on_close();
+        }
     }
     let body = error_body(session, ctx, &err);
     let _ = respond(session, ctx, code, "application/json", body, &[]).await;

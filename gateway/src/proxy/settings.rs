@@ -49,6 +49,9 @@ pub struct ProxySettings {
     /// Hold non-streamed completions' answers back for their usage headers
     /// (`X-Flexinfer-Prompt-Tokens` and others, [`super::usage_headers`]).
     pub usage_headers: bool,
+    /// Answer malformed chat, completion and embedding requests with 400
+    /// `validation_error` before they reach an engine.
+    pub validate_requests: bool,
     /// Send each tenant's chat, completion and Responses requests with a
     /// `cache_salt` of its own (vLLM's per-request prefix-cache
     /// isolation), and score cache-aware routing per tenant alike.
@@ -101,6 +104,7 @@ impl Default for ProxySettings {
             window: WindowSettings::default(),
             usage_headers: false,
             tenant_cache_salt: false,
+            validate_requests: false,
         }
     }
 }

@@ -8,7 +8,7 @@
 //! the endpoint is scored on the gateway's own counts alone: a pod is never
 //! dropped because its metrics are unreadable.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,8 @@ pub struct LoadReading {
     pub adapters: Vec<String>,
     /// KV-cache capacity in tokens, when the engine states it.
     pub cache_tokens: Option<u64>,
+    /// Prefix-cache hit rate, 0 to 1, when the engine reports it.
+    pub prefix_hit_rate: Option<f64>,
 }
 
 /// The latest reading of one endpoint, readable without locks.
@@ -51,6 +53,13 @@ pub struct BackendLoad {
     /// [`now_ms`] after which the reading is stale; 0 = none.
     valid_until: AtomicU64,
     adapters: ArcSwapOption<Vec<String>>,
+    /// Prefix-cache hit rate in hundredths of a percent, plus one; 0 =
+    /// not reported.
+    prefix_hits: AtomicU32,
+    /// A client asked for the hit rate of this endpoint
+    /// (`X-Flexinfer-Want-Prefix-Hit`): scrape it even when its model
+    /// does not route on load.
+    hit_rate_wanted: AtomicBool,
 }
 
 /// A reading as the scorer sees it.
@@ -81,6 +90,10 @@ impl BackendLoad {
         }
         let adapters = (!reading.adapters.is_empty()).then(|| Arc::new(reading.adapters.clone()));
         self.adapters.store(adapters);
+        let hits = reading
+            .prefix_hit_rate
+            .map_or(0, |r| (r.clamp(0.0, 1.0) * 10_000.0).round() as u32 + 1);
+        self.prefix_hits.store(hits, Ordering::Relaxed);
         let until = now_ms() + ttl.as_millis() as u64;
         self.valid_until.store(until, Ordering::Release);
     }
@@ -119,6 +132,31 @@ impl BackendLoad {
         (slots > 0).then_some(slots)
     }
 
+    /// The prefix-cache hit rate (0 to 1, to four decimals) of a reading
+    /// still valid at `now`, when the engine reports one.
+    pub fn prefix_hit_rate(&self, now: u64) -> Option<f64> {
+        if self.valid_until.load(Ordering::Acquire) <= now {
+            return None;
+        }
+        match self.prefix_hits.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(f64::from(n - 1) / 10_000.0),
+        }
+    }
+
+    /// Asks for this endpoint to be scraped from now on (a client wants
+    /// its prefix-cache hit rate).
+    pub fn want_hit_rate(&self) {
+        if !self.hit_rate_wanted.load(Ordering::Relaxed) {
+            self.hit_rate_wanted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a client asked for this endpoint's hit rate.
+    pub fn hit_rate_wanted(&self) -> bool {
+        self.hit_rate_wanted.load(Ordering::Relaxed)
+    }
+
     /// Whether the engine reported `adapter` loaded in a reading still valid.
     pub fn has_adapter(&self, adapter: &str, now: u64) -> bool {
         if self.valid_until.load(Ordering::Acquire) <= now {
@@ -140,6 +178,8 @@ pub fn parse_metrics(text: &str) -> Option<LoadReading> {
     let mut reading = LoadReading::default();
     let mut found = false;
     let mut latest_lora = f64::NEG_INFINITY;
+    // Prefix cache: a hit-rate gauge, else hits over queries (counters).
+    let (mut rate_gauge, mut hits, mut queries) = (None, 0.0, 0.0);
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -192,10 +232,17 @@ pub fn parse_metrics(text: &str) -> Option<LoadReading> {
                         .collect();
                 }
             }
+            "vllm:gpu_prefix_cache_hit_rate" | "vllm:prefix_cache_hit_rate" => {
+                rate_gauge = Some(value.clamp(0.0, 1.0));
+            }
+            _ if name.ends_with("prefix_cache_hits_total") => hits += value.max(0.0),
+            _ if name.ends_with("prefix_cache_queries_total") => queries += value.max(0.0),
             _ => continue,
         }
         found = true;
     }
+    reading.prefix_hit_rate =
+        rate_gauge.or_else(|| (queries > 0.0).then(|| (hits / queries).clamp(0.0, 1.0)));
     found.then_some(reading)
 }
 
@@ -254,8 +301,27 @@ mod tests {
         assert_eq!(reading.kv_usage, 0.5);
         assert_eq!(reading.adapters, ["sql", "chat"]);
         assert_eq!(reading.cache_tokens, None);
+        assert_eq!(reading.prefix_hit_rate, None);
         let info = "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"auto\",num_gpu_blocks=\"2048\"} 1.0\n";
         assert_eq!(parse_metrics(info).unwrap().cache_tokens, Some(32_768));
+    }
+
+    #[test]
+    fn reads_the_prefix_cache_hit_rate() {
+        let counters = "vllm:prefix_cache_queries_total{model_name=\"a\"} 300\n\
+            vllm:prefix_cache_hits_total{model_name=\"a\"} 279\n\
+            vllm:prefix_cache_queries_total{model_name=\"b\"} 100\n\
+            vllm:prefix_cache_hits_total{model_name=\"b\"} 93\n";
+        assert_eq!(parse_metrics(counters).unwrap().prefix_hit_rate, Some(0.93));
+        let gauge = format!("{counters}vllm:gpu_prefix_cache_hit_rate 0.5\n");
+        assert_eq!(parse_metrics(&gauge).unwrap().prefix_hit_rate, Some(0.5));
+        let none = "vllm:prefix_cache_queries_total 0\nvllm:prefix_cache_hits_total 0\n";
+        assert_eq!(parse_metrics(none).unwrap().prefix_hit_rate, None);
+        let load = BackendLoad::default();
+        load.store(&parse_metrics(counters).unwrap(), Duration::from_secs(60));
+        assert_eq!(load.prefix_hit_rate(now_ms()), Some(0.93));
+        load.clear();
+        assert_eq!(load.prefix_hit_rate(now_ms()), None);
     }
 
     #[test]
@@ -313,6 +379,7 @@ mod tests {
             kv_usage: 0.4,
             adapters: vec!["sql".into()],
             cache_tokens: Some(4096),
+            prefix_hit_rate: None,
         };
         load.store(&reading, Duration::from_secs(60));
         assert_eq!(load.cache_tokens(), Some(4096));

@@ -200,7 +200,9 @@ pub fn prefix_key(headers: &HeaderMap, body: &RoutingInputs<'_>) -> Option<(Stri
 ///    normalised document context → `"sys:"` + hash; a blank system message
 ///    gives no key. With neither, the normalised start of the first user
 ///    message (`"usr:"`) or of the completion prompt (`"prm:"`), so requests
-///    opening the same way share a pod too.
+///    opening the same way share a pod too, unless the client names its
+///    session (`X-Session-ID`, `X-Conversation-ID`, body `session_id`):
+///    then that session keys it, as step 4.
 /// 4. The session key ([`session_key`]), reported as
 ///    [`KeySource::SessionFallback`].
 ///
@@ -230,10 +232,28 @@ pub fn prefix_key_with_limits(
     {
         return Some((key, KeySource::PrefixField));
     }
-    if let Some(key) = canonical_key(body, limits) {
-        return Some((key, KeySource::Canonical));
+    let session = || session_key(headers, body);
+    match canonical_key(body, limits) {
+        Some(Canonical::Prefix(key)) => return Some((key, KeySource::Canonical)),
+        Some(Canonical::FirstTurn(key)) => {
+            // No system prompt: a session the client names keys the
+            // request, as in the original; the first turn only without one.
+            let named = session().filter(|(_, source)| {
+                matches!(
+                    source,
+                    KeySource::SessionHeader
+                        | KeySource::ConversationHeader
+                        | KeySource::SessionBody
+                )
+            });
+            return Some(match named {
+                Some((key, _)) => (key, KeySource::SessionFallback),
+                None => (key, KeySource::Canonical),
+            });
+        }
+        None => {}
     }
-    session_key(headers, body).map(|(key, _)| (key, KeySource::SessionFallback))
+    session().map(|(key, _)| (key, KeySource::SessionFallback))
 }
 
 /// A header's value when it is visible ASCII and not blank.
@@ -304,7 +324,14 @@ impl MessageHandler for SessionDigest {
 }
 
 /// The canonical key (step 3 of [`prefix_key_with_limits`]), if any.
-fn canonical_key(body: &RoutingInputs<'_>, limits: &KeyLimits) -> Option<String> {
+/// A canonical key: of the system prompt or document, or only of the
+/// first turn (neither is there).
+enum Canonical {
+    Prefix(String),
+    FirstTurn(String),
+}
+
+fn canonical_key(body: &RoutingInputs<'_>, limits: &KeyLimits) -> Option<Canonical> {
     let mut digest = PrefixDigest::new(limits);
     if let Some(messages) = body.messages {
         if !walk_messages(messages, &mut digest) {
@@ -321,10 +348,10 @@ fn canonical_key(body: &RoutingInputs<'_>, limits: &KeyLimits) -> Option<String>
         let mut norm = Normalizer::new(limits.document_segment_max_len);
         norm.push(document, &mut system);
         norm.finish(&mut system);
-        return Some(short_key("sys:", system));
+        return Some(Canonical::Prefix(short_key("sys:", system)));
     }
     if let Outcome::User(chars) = digest.outcome {
-        return (chars > 0).then(|| short_key("usr:", digest.user));
+        return (chars > 0).then(|| Canonical::FirstTurn(short_key("usr:", digest.user)));
     }
     let prompt = body.prompt.filter(|_| body.messages.is_none())?;
     let mut hasher = Sha256::new();
@@ -332,7 +359,7 @@ fn canonical_key(body: &RoutingInputs<'_>, limits: &KeyLimits) -> Option<String>
     let mut norm = Normalizer::new(limits.first_turn_max_len);
     let ok = walk_prompt(prompt, &mut |text| norm.push(text, &mut hasher));
     norm.finish(&mut hasher);
-    (ok && norm.emitted() > 0).then(|| short_key("prm:", hasher))
+    (ok && norm.emitted() > 0).then(|| Canonical::FirstTurn(short_key("prm:", hasher)))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -722,6 +749,37 @@ mod tests {
             prefix_key(&HeaderMap::new(), &RoutingInputs::default()),
             None
         );
+    }
+
+    #[test]
+    fn without_a_system_prompt_a_named_session_keys_prefix_routing() {
+        let first = raw(r#"[{"role":"user","content":"Summarise this"}]"#);
+        let other = raw(r#"[{"role":"user","content":"Translate that"}]"#);
+        let h = headers(&[(&SESSION_ID_HEADER, "s-1")]);
+        for messages in [first, other] {
+            assert_eq!(
+                prefix_key(&h, &chat(messages)),
+                Some(("s-1".into(), KeySource::SessionFallback))
+            );
+        }
+        let by_body = RoutingInputs {
+            session_id: Some("s-2"),
+            ..chat(first)
+        };
+        assert_eq!(
+            prefix_key(&HeaderMap::new(), &by_body),
+            Some(("s-2".into(), KeySource::SessionFallback))
+        );
+        // No named session: the first turn keys it; a system prompt wins
+        // over the session.
+        let (key, source) = prefix_key(&HeaderMap::new(), &chat(first)).unwrap();
+        assert_eq!(source, KeySource::Canonical);
+        assert!(key.starts_with("usr:"), "{key}");
+        let system =
+            raw(r#"[{"role":"system","content":"Be brief"},{"role":"user","content":"x"}]"#);
+        let (key, source) = prefix_key(&h, &chat(system)).unwrap();
+        assert_eq!(source, KeySource::Canonical);
+        assert!(key.starts_with("sys:"), "{key}");
     }
 
     #[test]

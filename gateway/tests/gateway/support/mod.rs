@@ -128,17 +128,24 @@ impl Gateway {
     ) -> Self {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        if !command.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            command.env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            );
+        }
         let child = command
             .args(source)
             .args(["--listen", &addr.to_string()])
             .args(["--metrics-listen", &admin.to_string()])
             .args(["--threads", "2", "--reload-interval", "200ms"])
-            .args(["--shutdown-drain-delay", "0s"])
-            .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            .args(
+                Some(["--shutdown-drain-delay", "0s"])
+                    .filter(|_| !extra.contains(&"--shutdown-drain-delay"))
+                    .into_iter()
+                    .flatten(),
             )
+            .args(extra)
             .stdout(Stdio::null())
             .spawn()
             .expect("start flexinfer-gateway");
@@ -170,11 +177,23 @@ impl Gateway {
     /// Sends SIGINT (fast shutdown: the gateway stops its local model
     /// processes, then exits) and waits up to `limit`; whether it exited.
     pub fn interrupt(&mut self, limit: Duration) -> bool {
+        self.signal("-INT", limit)
+    }
+
+    /// Sends SIGTERM (graceful shutdown) and waits up to `limit`; whether
+    /// it exited.
+    pub fn terminate(&mut self, limit: Duration) -> bool {
+        self.signal("-TERM", limit)
+    }
+
+    /// Sends the signal `flag` (`-INT`, `-TERM`) and waits up to `limit`
+    /// for the process to exit; whether it did.
+    fn signal(&mut self, flag: &str, limit: Duration) -> bool {
         if let Ok(Some(_)) = self.child.try_wait() {
             return true;
         }
         let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
+            .args([flag, &self.child.id().to_string()])
             .status();
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
