@@ -247,7 +247,6 @@ impl GatewayServer {
             draining: self.draining.clone(),
             drain_delay: self.drain_delay,
             graceful_timeout: self.graceful_timeout,
-            metrics: self.metrics.clone(),
             stop: None,
         };
         self.run_with(watch);
@@ -259,7 +258,6 @@ impl GatewayServer {
             draining: self.draining.clone(),
             drain_delay: self.drain_delay,
             graceful_timeout: self.graceful_timeout,
-            metrics: self.metrics.clone(),
             stop: Some(stop),
         };
         self.run_with(watch);
@@ -284,7 +282,6 @@ struct SignalWatch {
     draining: Arc<AtomicBool>,
     drain_delay: Duration,
     graceful_timeout: Duration,
-    metrics: Metrics,
     stop: Option<Arc<Notify>>,
 }
 
@@ -292,16 +289,10 @@ struct SignalWatch {
 const DRAIN_POLL: Duration = Duration::from_millis(25);
 
 impl SignalWatch {
-    /// Requests being proxied now, over all models.
-    fn in_flight(&self) -> i64 {
-        use prometheus::core::Collector;
-        self.metrics
-            .active
-            .collect()
-            .iter()
-            .flat_map(|family| family.get_metric())
-            .map(|m| m.get_gauge().get_value() as i64)
-            .sum()
+    /// Requests the proxy holds now: queued, waiting for a cold start or
+    /// being proxied.
+    fn in_flight(&self) -> usize {
+        crate::proxy::requests_in_progress()
     }
 
     /// Waits until nothing is in flight or `limit` passes.

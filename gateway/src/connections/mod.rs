@@ -110,3 +110,8 @@ pub fn linger_on_close() {
 
 /// Longest time a closing connection keeps reading what the client sends.
 pub const LINGER_TIME: Duration = Duration::from_secs(5);
+
+/// Most sockets closing lingeringly at once; beyond it a refused
+/// connection closes at once, so that a flood of refused requests cannot
+/// hold sockets and buffers (8 KiB each) for [`LINGER_TIME`] without bound.
+pub const MAX_LINGERING: usize = 1024;

@@ -213,10 +213,40 @@ impl Drop for GuardedStream {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let Some(slot) = LingerSlot::take() else {
+            return;
+        };
         let Some(socket) = duplicate(self.inner.id()) else {
             return;
         };
-        runtime.spawn(linger(socket));
+        runtime.spawn(async move {
+            linger(socket).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Sockets closing lingeringly now, at most [`super::MAX_LINGERING`].
+static LINGERING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of the [`super::MAX_LINGERING`] places, given back when dropped.
+struct LingerSlot;
+
+impl LingerSlot {
+    fn take() -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        LINGERING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < super::MAX_LINGERING).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self)
+    }
+}
+
+impl Drop for LingerSlot {
+    fn drop(&mut self) {
+        LINGERING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -242,7 +272,7 @@ async fn linger(mut socket: tokio::net::TcpStream) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let _ = socket.shutdown().await;
     let deadline = tokio::time::Instant::now() + super::LINGER_TIME;
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; 8 * 1024];
     while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, socket.read(&mut buf)).await {
         if n == 0 {
             break;

@@ -4,7 +4,7 @@
 use crate::routing::Decision;
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,6 +54,33 @@ pub struct RequestCtx {
     pub(super) pinned: Option<SocketAddr>,
     /// Responses API: what the answer is watched for (a created or deleted id).
     pub(super) response_watch: Option<Box<Watch>>,
+    _in_progress: InProgress,
+}
+
+/// Requests the proxy holds now, from their head's arrival to the end of
+/// their log line: waiting in a queue or for a cold start included.
+static IN_PROGRESS: AtomicUsize = AtomicUsize::new(0);
+
+/// Requests the proxy holds now (see [`IN_PROGRESS`]): what a draining
+/// gateway waits for before it stops.
+pub fn requests_in_progress() -> usize {
+    IN_PROGRESS.load(Ordering::Acquire)
+}
+
+/// Counts its request in [`IN_PROGRESS`] while it lives.
+struct InProgress;
+
+impl Default for InProgress {
+    fn default() -> Self {
+        IN_PROGRESS.fetch_add(1, Ordering::AcqRel);
+        Self
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        IN_PROGRESS.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl RequestCtx {

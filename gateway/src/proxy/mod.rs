@@ -51,7 +51,7 @@ use pingora_error::{Error, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 
-pub use context::RequestCtx;
+pub use context::{requests_in_progress, RequestCtx};
 pub use headers::{CLUSTER_HEADER, ROUTE_HEADER};
 pub use plan::ForwardPlan;
 pub use settings::{EndpointFailures, ProxySettings, WindowSettings};

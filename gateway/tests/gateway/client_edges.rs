@@ -148,3 +148,33 @@ async fn sigterm_lets_a_stream_in_flight_finish() {
         "still running 2 s after the stream ended"
     );
 }
+
+/// A request still waiting for its model to start when SIGTERM comes is
+/// served, not cut: a draining gateway counts queued requests as in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_serves_a_request_waiting_for_a_cold_start() {
+    let port = support::free_port();
+    let bin = flexinfer_conformance::sim::process::SimProcess::binary().expect("flexinfer-sim");
+    let yaml = format!(
+        "models:\n  - name: sleepy\n    command: \"{bin}\"\n    args: [--port, \"{port}\", --model, \
+         sleepy, --startup-delay, 1500ms]\n    port: {port}\n    serverless: {{idleTimeout: 1m}}\n",
+        bin = bin.display()
+    );
+    let mut gw = Gateway::start_local(&yaml, &["--shutdown-drain-delay", "0s"]);
+    let body = serde_json::to_vec(&support::chat("sleepy")).unwrap();
+    let url = gw.url("/v1/chat/completions");
+    let waiting = tokio::spawn(async move { support::post_json(&url, &body, &[]).await });
+    // The request is queued while the model process loads.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &gw.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let resp = waiting.await.expect("the queued request was answered");
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    assert!(
+        gw.terminate(Duration::from_secs(3)),
+        "still running after the queued request was served"
+    );
+}
