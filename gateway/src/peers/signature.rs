@@ -122,7 +122,11 @@ impl Key {
 
     /// Signs a message from `id` now.
     pub fn sign(&self, method: &str, path: &str, id: &str, body: &[u8]) -> Signed {
-        let time_ms = now_ms();
+        self.sign_at(method, path, id, body, now_ms())
+    }
+
+    /// Signs a message from `id` as sent at `time_ms`.
+    pub fn sign_at(&self, method: &str, path: &str, id: &str, body: &[u8], time_ms: u64) -> Signed {
         Signed {
             id: id.to_owned(),
             time_ms,

@@ -61,6 +61,8 @@ struct Slot {
     /// no longer the block's latest is stale and skipped on eviction.
     order: VecDeque<(u64, u64)>,
     clock: u64,
+    /// Distinct blocks held (the live records of `order`).
+    held: usize,
 }
 
 impl PrefixIndex {
@@ -183,6 +185,20 @@ impl PrefixIndex {
         }
     }
 
+    /// Blocks each of `addrs` holds (0 for an endpoint never recorded).
+    pub fn held_counts(&self, addrs: impl Iterator<Item = SocketAddr>) -> Vec<usize> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        addrs
+            .map(|addr| {
+                inner
+                    .slot_of
+                    .get(&addr)
+                    .and_then(|&slot| inner.slots.get(slot as usize)?.as_ref())
+                    .map_or(0, |state| state.held)
+            })
+            .collect()
+    }
+
     /// Blocks held over all endpoints (for tests and the admin view).
     pub fn len(&self) -> usize {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -204,6 +220,7 @@ impl Inner {
             addr,
             order: VecDeque::new(),
             clock: 0,
+            held: 0,
         };
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(free) => {
@@ -247,7 +264,10 @@ impl Inner {
             match holders.iter_mut().find(|h| h.slot == slot) {
                 Some(h) if stamp - h.stamp <= fresh_window => continue,
                 Some(h) => h.stamp = stamp,
-                None => holders.push(Holder { slot, stamp }),
+                None => {
+                    holders.push(Holder { slot, stamp });
+                    state.held += 1;
+                }
             }
             if let Some(out) = touched.as_deref_mut() {
                 out.push(hash);
@@ -257,7 +277,9 @@ impl Inner {
                 let Some((old, old_stamp)) = state.order.pop_front() else {
                     break;
                 };
-                remove_holder(&mut self.holders, old, slot, Some(old_stamp));
+                if remove_holder(&mut self.holders, old, slot, Some(old_stamp)) {
+                    state.held -= 1;
+                }
             }
         }
     }
@@ -268,32 +290,34 @@ impl Inner {
         };
         if let Some(state) = self.slots[slot as usize].take() {
             for (hash, _) in state.order {
-                remove_holder(&mut self.holders, hash, slot, None);
+                let _ = remove_holder(&mut self.holders, hash, slot, None);
             }
         }
     }
 }
 
 /// Removes `slot` from the holders of `hash` (only if its latest stamp is
-/// `stamp`, when given), and the hash when no holder is left.
+/// `stamp`, when given), and the hash when no holder is left; returns
+/// whether it was removed.
 fn remove_holder(
     holders: &mut HashMap<u64, Vec<Holder>>,
     hash: u64,
     slot: u32,
     stamp: Option<u64>,
-) {
+) -> bool {
     let Some(list) = holders.get_mut(&hash) else {
-        return;
+        return false;
     };
-    if let Some(pos) = list
+    let pos = list
         .iter()
-        .position(|h| h.slot == slot && stamp.is_none_or(|s| s == h.stamp))
-    {
+        .position(|h| h.slot == slot && stamp.is_none_or(|s| s == h.stamp));
+    if let Some(pos) = pos {
         list.swap_remove(pos);
     }
     if list.is_empty() {
         holders.remove(&hash);
     }
+    pos.is_some()
 }
 
 #[cfg(test)]
@@ -396,6 +420,12 @@ mod tests {
             copy.touch(endpoint, &hashes, 24);
         }
         assert_eq!(copy.len(), local.len());
+        let addrs = || (1..=4).map(addr);
+        assert_eq!(copy.held_counts(addrs()), local.held_counts(addrs()));
+        assert_eq!(
+            local.held_counts(addrs()).iter().sum::<usize>(),
+            local.len()
+        );
         for tenant in 0..7u64 {
             let probe: Vec<u64> = (0..6).map(|b| tenant * 100 + b).collect();
             assert_eq!(found(&local, &probe), found(&copy, &probe), "{tenant}");

@@ -13,6 +13,7 @@ mod fuzz_extract;
 mod global;
 mod kube_mode;
 mod openai_sdk;
+mod peers;
 mod prometheus;
 mod real_backend;
 mod real_cluster;
