@@ -261,6 +261,17 @@ pub struct RoutingArgs {
     )]
     pub strategies: Vec<Strategy>,
 
+    /// Gateway replicas per strategy (--local). Requests are spread over
+    /// them in turn, each to the next replica (as a Service spreads
+    /// connections, but per request); the replicas share cache-aware
+    /// routing state with each other unless --no-sharing is given.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub replicas: u32,
+
+    /// With --replicas above 1: each replica keeps its routing state to itself.
+    #[arg(long)]
+    pub no_sharing: bool,
+
     /// flexinfer-sim binary [default: next to this executable].
     #[arg(long, env = "FLEXINFER_SIM_BIN")]
     pub sim_bin: Option<PathBuf>,

@@ -287,6 +287,8 @@ async fn run_routing(args: &RoutingArgs) -> Result<()> {
         Some(LocalSpec {
             pods: args.pods,
             strategies: args.strategies.clone(),
+            replicas: args.replicas as usize,
+            sharing: !args.no_sharing,
             sim: SimSettings {
                 model: model.clone(),
                 block_size: args.block_size,

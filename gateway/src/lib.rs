@@ -29,6 +29,7 @@ pub mod logging;
 pub mod metrics;
 pub mod modes;
 pub mod paths;
+pub mod peers;
 pub mod proxy;
 pub mod ratelimit;
 pub mod registry;

@@ -56,7 +56,15 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     let side_routes = SideRoutes::new(metrics.clone(), draining.clone());
     let tenants = tenants(cli)?;
     let key_reloader = key_file_reloader(cli, tenants.as_ref(), &metrics);
-    let gateway = gateway(cli, &mode, limits, side_routes.clone(), &metrics, tenants)?;
+    let mut gateway = gateway(cli, &mode, limits, side_routes.clone(), &metrics, tenants)?;
+    let peer_services = match crate::peers::from_cli(cli)? {
+        Some(settings) => {
+            let (outbox, services) = crate::peers::start(settings, mode.routes.clone(), &metrics);
+            gateway = gateway.with_peers(outbox);
+            services
+        }
+        None => Vec::new(),
+    };
 
     let mut server = Server::new_with_opt_and_conf(None, server_conf(cli));
     server.bootstrap();
@@ -76,6 +84,7 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         server.add_service(svc);
     }
     server.add_services(mode.services);
+    server.add_services(peer_services);
     server.add_services(key_reloader.into_iter().collect());
 
     Ok(GatewayServer {

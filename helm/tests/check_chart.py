@@ -366,6 +366,24 @@ def check_gateway(objects, values, label, expect):
     grace = pod_spec(gw)["terminationGracePeriodSeconds"]
     total = seconds(env["PROXY_SHUTDOWN_DRAIN_DELAY"]["value"]) + seconds(env["PROXY_GRACEFUL_SHUTDOWN_TIMEOUT"]["value"])
     check(total < grace, f"{label}: drain + graceful shutdown {total}s not below the grace period {grace}s")
+    # Replicas share routing state: a headless Service naming them all, a
+    # shared secret mounted from a Secret that exists (docs/routing.md).
+    if not expect.get("global") and values_peers_enabled(values):
+        peers_svc = find(objects, "Service", expect["proxy"] + "-peers")
+        if check(peers_svc is not None, f"{label}: peer Service {expect['proxy']}-peers missing"):
+            check(peers_svc["spec"].get("clusterIP") == "None", f"{label}: peer Service not headless")
+            check(peers_svc["spec"].get("publishNotReadyAddresses") is True,
+                  f"{label}: peer Service hides starting replicas")
+        check(env.get("PROXY_ROUTING_PEERS", {}).get("value", "").startswith(expect["proxy"] + "-peers."),
+              f"{label}: PROXY_ROUTING_PEERS does not name the peer Service")
+        check("PROXY_ROUTING_PEER_SECRET_FILE" in env, f"{label}: no peer secret")
+        volumes = {v["name"]: v for v in pod_spec(gw).get("volumes", [])}
+        secret_name = volumes.get("peer-secret", {}).get("secret", {}).get("secretName")
+        existing = ((values or {}).get("gateway", {}).get("peers", {}) or {}).get("existingSecret")
+        check(secret_name is not None and (existing or find(objects, "Secret", secret_name) is not None),
+              f"{label}: peer secret volume names no Secret ({secret_name})")
+    else:
+        check("PROXY_ROUTING_PEERS" not in env, f"{label}: peers set with sharing off")
     if expect.get("auth"):
         ref = env["PROXY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
         check(ref == expect["auth"], f"{label}: PROXY_AUTH_TOKEN from {ref}")
@@ -387,6 +405,12 @@ CONTROLLER_ENV = (
     "FLEXINFER_SCHEDULER_NAME", "DEFAULT_FLASH_LOADER_IMAGE", "DEFAULT_QUANTIZER_IMAGE",
     "DEFAULT_SHM_SIZE_LIMIT", "FLEXINFER_FEDERATION", "FLEXINFER_CLUSTER_FAILURE_THRESHOLD",
 )
+
+
+def values_peers_enabled(values) -> bool:
+    """Whether the values leave gateway.peers.enabled on (the default)."""
+    peers = ((values or {}).get("gateway", {}) or {}).get("peers", {}) or {}
+    return peers.get("enabled", True) is not False
 
 
 def check_controllers(objects, label, expect):
@@ -942,7 +966,7 @@ def cases(chart):
             "fullname": "flexinfer", "proxy": "flexinfer-proxy", "agent": "flexinfer-agent",
             "sched": "flexinfer-sched", "scheduler": "flexinfer-scheduler",
             "gateway_image": f"ghcr.io/flexinfer/flexinfer-gateway:{app}",
-            "embedded": True, "replicas": 1, "all_namespaces": False, "namespaces": NAMESPACE,
+            "embedded": True, "replicas": 2, "all_namespaces": False, "namespaces": NAMESPACE,
             "service_port": 80, "auth": None, "scheduler_enabled": False,
             "scheduler_name": "flexinfer-scheduler", "monitoring": False,
             "components": {"gateway", "agent"}, "models": [], "leases": ["gateway"],

@@ -26,8 +26,10 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(50);
 /// Where requests go.
 #[derive(Debug, Clone)]
 pub enum Route {
-    /// Everything to one base URL (the gateway under test).
-    Gateway(Client),
+    /// To the gateway under test: one base URL, or several replicas, each
+    /// request to the next one in turn (as a Service in front of them
+    /// would spread connections).
+    Gateway(Vec<Client>),
     /// To the pod with the longest cached prefix, asked per request.
     Oracle(Vec<Client>),
 }
@@ -163,7 +165,7 @@ pub async fn drive(route: Route, generator: Generator, spec: DriveSpec) -> Drive
 /// One worker: its own keep-alive connection per destination.
 async fn worker(route: &Route, spec: &DriveSpec, shared: &Shared) -> Vec<Sample> {
     let destinations = match route {
-        Route::Gateway(_) => 1,
+        Route::Gateway(replicas) => replicas.len(),
         Route::Oracle(pods) => pods.len(),
     };
     let mut connections: Vec<Option<Connection>> = (0..destinations).map(|_| None).collect();
@@ -231,7 +233,14 @@ async fn turn_once(
 ) -> Result<Measured, String> {
     let body = conversation.body(&spec.model, turn, answers, spec.max_tokens);
     let (client, index) = match route {
-        Route::Gateway(client) => (client, 0),
+        Route::Gateway(replicas) => {
+            let index = match replicas.len() {
+                0 => return Err("connect".to_owned()),
+                1 => 0,
+                n => shared.rotation.fetch_add(1, Ordering::Relaxed) % n,
+            };
+            (&replicas[index], index)
+        }
         Route::Oracle(pods) => {
             let mut cached = Vec::with_capacity(pods.len());
             for (i, pod) in pods.iter().enumerate() {

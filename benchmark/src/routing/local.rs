@@ -204,6 +204,11 @@ pub struct Process {
 }
 
 impl Process {
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     async fn stop(mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
@@ -280,25 +285,52 @@ async fn start_sim(
     Ok(Process { child, url })
 }
 
+/// The shared secret of benchmark replicas.
+const REPLICA_SECRET: &str = "flexinfer-bench-routing-replicas";
+
+/// Flags of replica `index` of `ports.len()` (peer listener ports), each
+/// naming all the others as peers; none for a single gateway or without
+/// sharing.
+pub fn replica_args(ports: &[u16], index: usize, sharing: bool) -> Vec<String> {
+    if ports.len() < 2 || !sharing {
+        return Vec::new();
+    }
+    let peers: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != index)
+        .map(|(_, port)| format!("127.0.0.1:{port}"))
+        .collect();
+    vec![
+        "--routing-peer-listen".into(),
+        format!("127.0.0.1:{}", ports[index]),
+        "--routing-peers".into(),
+        peers.join(","),
+        "--routing-peer-secret".into(),
+        REPLICA_SECRET.into(),
+    ]
+}
+
 async fn start_gateway(
     binary: &Path,
-    model: &str,
-    routing: &str,
+    (model, routing): (&str, &str),
     endpoints: &[String],
     dir: &RunDir,
+    (index, extra): (usize, &[String]),
 ) -> Result<Process> {
-    let config = dir.file("models.yaml");
+    let config = dir.file(&format!("models-{index}.yaml"));
     std::fs::write(&config, model_file(model, routing, endpoints))
         .with_context(|| format!("writing {}", config.display()))?;
     let mut last = anyhow!("not started");
     for attempt in 0..GATEWAY_ATTEMPTS {
-        let log = dir.file(&format!("gateway-{attempt}.log"));
+        let log = dir.file(&format!("gateway-{index}-{attempt}.log"));
         let port = free_port()?;
         let url = format!("http://127.0.0.1:{port}");
         let mut child = command(binary, &log)?
             .arg("--config")
             .arg(&config)
             .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .stdout(Stdio::null())
             .spawn()
             .with_context(|| format!("cannot start {}", binary.display()))?;
@@ -340,24 +372,26 @@ pub struct Binaries {
 pub struct Stack {
     /// The pods, in the gateway's endpoint order.
     pub pods: Vec<Process>,
-    /// The gateway, if any.
-    pub gateway: Option<Process>,
+    /// The gateway replicas (none when the oracle routes).
+    pub gateways: Vec<Process>,
     dir: RunDir,
 }
 
 impl Stack {
-    /// Starts `pods` simulators and, with `routing`, a gateway using that
-    /// strategy in front of them; waits until all answer.
+    /// Starts `pods` simulators and, with `routing`, `replicas` gateways
+    /// using that strategy in front of them (sharing routing state with
+    /// each other when `sharing`); waits until all answer.
     pub async fn start(
         binaries: &Binaries,
         settings: &SimSettings,
         pods: usize,
         routing: Option<&str>,
+        (replicas, sharing): (usize, bool),
     ) -> Result<Stack> {
         let dir = RunDir::create()?;
         let mut stack = Stack {
             pods: Vec::with_capacity(pods),
-            gateway: None,
+            gateways: Vec::new(),
             dir,
         };
         for index in 0..pods {
@@ -367,9 +401,21 @@ impl Stack {
         if let Some(routing) = routing {
             let binary = binaries.gateway.as_deref().context("no gateway binary")?;
             let endpoints = stack.pod_urls();
-            stack.gateway = Some(
-                start_gateway(binary, &settings.model, routing, &endpoints, &stack.dir).await?,
-            );
+            let ports = (0..replicas.max(1))
+                .map(|_| free_port())
+                .collect::<Result<Vec<u16>>>()?;
+            for index in 0..ports.len() {
+                let extra = replica_args(&ports, index, sharing);
+                let gateway = start_gateway(
+                    binary,
+                    (&settings.model, routing),
+                    &endpoints,
+                    &stack.dir,
+                    (index, &extra),
+                )
+                .await?;
+                stack.gateways.push(gateway);
+            }
         }
         Ok(stack)
     }
@@ -381,7 +427,7 @@ impl Stack {
 
     /// Kills every process and waits for them.
     pub async fn stop(self) {
-        if let Some(gateway) = self.gateway {
+        for gateway in self.gateways {
             gateway.stop().await;
         }
         for pod in self.pods {
@@ -401,6 +447,22 @@ mod tests {
         assert_eq!(default_prefix_cache_blocks(200, 16), 48);
         assert_eq!(default_prefix_cache_blocks(1, 16), 16);
         assert_eq!(default_prefix_cache_blocks(1000, 0), 3344);
+    }
+
+    #[test]
+    fn replicas_name_each_other_as_peers() {
+        assert!(replica_args(&[9000], 0, true).is_empty());
+        assert!(replica_args(&[9000, 9001], 0, false).is_empty());
+        let args = replica_args(&[9000, 9001, 9002], 1, true).join(" ");
+        assert!(
+            args.contains("--routing-peer-listen 127.0.0.1:9001"),
+            "{args}"
+        );
+        assert!(
+            args.contains("--routing-peers 127.0.0.1:9000,127.0.0.1:9002"),
+            "{args}"
+        );
+        assert!(args.contains("--routing-peer-secret "), "{args}");
     }
 
     #[test]

@@ -186,6 +186,11 @@ impl Pod {
 
     /// Scrapes it once.
     pub async fn scrape(&self, timeout: Duration) -> Result<PodMetrics> {
+        Ok(PodMetrics::from_text(&self.scrape_text(timeout).await?))
+    }
+
+    /// Its `/metrics` text.
+    pub async fn scrape_text(&self, timeout: Duration) -> Result<String> {
         let (status, body) = self
             .client
             .fetch(self.client.get(&self.path), timeout)
@@ -193,7 +198,7 @@ impl Pod {
         if !status.is_success() {
             bail!("GET {}/metrics answered {status}", self.url);
         }
-        Ok(PodMetrics::from_text(&String::from_utf8_lossy(&body)))
+        Ok(String::from_utf8_lossy(&body).into_owned())
     }
 }
 

@@ -14,6 +14,7 @@ pub mod driver;
 pub mod local;
 pub mod metrics;
 pub mod plot;
+pub mod replicas;
 pub mod report;
 pub mod workload;
 
@@ -30,6 +31,7 @@ use crate::target::Target;
 use driver::{DriveSpec, Route};
 use local::{Binaries, SimSettings, Stack};
 use metrics::{Pod, PodDelta, PodMetrics};
+use replicas::Router;
 use report::{LocalSettings, RoutingReport, Settings, StrategyReport};
 use workload::{ConversationSpec, Generator};
 
@@ -148,6 +150,10 @@ pub struct LocalSpec {
     pub pods: usize,
     /// Strategies, in order.
     pub strategies: Vec<Strategy>,
+    /// Gateway replicas per strategy.
+    pub replicas: usize,
+    /// Whether replicas share routing state.
+    pub sharing: bool,
     /// How pods are started.
     pub sim: SimSettings,
     /// Binaries.
@@ -181,6 +187,8 @@ impl RoutingSpec {
             local: self.local.as_ref().map(|l| LocalSettings {
                 pods: l.pods,
                 strategies: l.strategies.iter().map(|s| s.to_string()).collect(),
+                replicas: l.replicas,
+                sharing: l.sharing,
                 sim: l.sim.clone(),
                 sim_bin: l.binaries.sim.display().to_string(),
                 gateway_bin: l.binaries.gateway.as_ref().map(|p| p.display().to_string()),
@@ -241,13 +249,22 @@ async fn measure(
     routing: Option<&str>,
     route: Route,
     pods: &[Pod],
+    gateways: &[Router],
 ) -> StrategyReport {
     let before = scrape_all(pods).await;
+    let routers_before = Router::read_all(gateways).await;
     let generator = Generator::new(spec.conversations, spec.seed);
     tracing::info!(strategy = name, "running");
     let result = driver::drive(route, generator, spec.drive_spec()).await;
     let after = scrape_all(pods).await;
-    StrategyReport::from_run(name, routing, result, deltas(pods, &before, &after), None)
+    let routers_after = Router::read_all(gateways).await;
+    let mut report =
+        StrategyReport::from_run(name, routing, result, deltas(pods, &before, &after), None);
+    report.replicas = gateways.len();
+    let spent = replicas::Spent::between(&routers_before, &routers_after);
+    report.router_cpu_us_per_request = spent.cpu_us_per(report.requests);
+    report.state_bytes_per_request = spent.peer_bytes_per(report.requests);
+    report
 }
 
 async fn run_url(spec: &RoutingSpec) -> Result<StrategyReport> {
@@ -261,7 +278,15 @@ async fn run_url(spec: &RoutingSpec) -> Result<StrategyReport> {
         .iter()
         .map(|u| Pod::new(u).with_context(|| format!("--pod-metrics {u}")))
         .collect::<Result<Vec<_>>>()?;
-    Ok(measure(spec, &spec.label, None, Route::Gateway(client), &pods).await)
+    Ok(measure(
+        spec,
+        &spec.label,
+        None,
+        Route::Gateway(vec![client]),
+        &pods,
+        &[],
+    )
+    .await)
 }
 
 async fn run_local(spec: &RoutingSpec, local: &LocalSpec) -> Vec<StrategyReport> {
@@ -286,21 +311,41 @@ async fn run_one_local(
     strategy: Strategy,
 ) -> Result<StrategyReport> {
     let routing = strategy.gateway_routing();
-    let stack = Stack::start(&local.binaries, &local.sim, local.pods, routing).await?;
+    let replicas = routing.map_or(0, |_| local.replicas);
+    let stack = Stack::start(
+        &local.binaries,
+        &local.sim,
+        local.pods,
+        routing,
+        (replicas, local.sharing),
+    )
+    .await?;
     let measured = async {
         let pods = stack
             .pod_urls()
             .iter()
             .map(|u| Pod::new(u))
             .collect::<Result<Vec<_>>>()?;
-        let route = match &stack.gateway {
-            Some(gateway) => Route::Gateway(Client::new(
-                Target::parse(&gateway.url)?,
-                None,
-                None,
-                CONNECT_TIMEOUT,
-            )?),
-            None => Route::Oracle(
+        let routers = stack
+            .gateways
+            .iter()
+            .map(|g| Router::new(&g.url, g.pid()))
+            .collect::<Result<Vec<_>>>()?;
+        if routers.len() > 1
+            && local.sharing
+            && !Router::wait_linked(&routers, routers.len() - 1, Duration::from_secs(15)).await
+        {
+            tracing::warn!("gateway replicas did not all reach each other within 15 s");
+        }
+        let route = match stack.gateways.is_empty() {
+            false => Route::Gateway(
+                stack
+                    .gateways
+                    .iter()
+                    .map(|g| Client::new(Target::parse(&g.url)?, None, None, CONNECT_TIMEOUT))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+            true => Route::Oracle(
                 stack
                     .pod_urls()
                     .iter()
@@ -308,7 +353,12 @@ async fn run_one_local(
                     .collect::<Result<Vec<_>>>()?,
             ),
         };
-        anyhow::Ok(measure(spec, strategy.as_str(), routing, route, &pods).await)
+        let name = match (replicas, local.sharing) {
+            (0 | 1, _) => strategy.as_str().to_owned(),
+            (n, true) => format!("{strategy} x{n}"),
+            (n, false) => format!("{strategy} x{n} unshared"),
+        };
+        anyhow::Ok(measure(spec, &name, routing, route, &pods, &routers).await)
     }
     .await;
     stack.stop().await;

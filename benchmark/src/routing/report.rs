@@ -75,6 +75,10 @@ pub struct LocalSettings {
     pub pods: usize,
     /// Strategies, in the order run.
     pub strategies: Vec<String>,
+    /// Gateway replicas per strategy.
+    pub replicas: usize,
+    /// Whether the replicas shared routing state.
+    pub sharing: bool,
     /// How each pod was started.
     pub sim: SimSettings,
     /// The simulator binary.
@@ -140,6 +144,14 @@ pub struct StrategyReport {
     pub oracle_errors: u64,
     /// Per pod: finished requests and prefix-cache counters over the run.
     pub pods: Vec<PodDelta>,
+    /// Gateway replicas measured (0 for the oracle and `url` mode).
+    pub replicas: usize,
+    /// CPU time of all gateway processes ÷ requests, microseconds
+    /// (`local` mode).
+    pub router_cpu_us_per_request: Option<f64>,
+    /// Bytes the replicas sent each other (record batches and snapshots)
+    /// ÷ requests (`local` mode, sharing replicas).
+    pub state_bytes_per_request: Option<f64>,
 }
 
 impl StrategyReport {
@@ -222,6 +234,9 @@ impl StrategyReport {
             imbalance: metrics::imbalance(&pods),
             oracle_errors: result.oracle_errors,
             pods,
+            replicas: 0,
+            router_cpu_us_per_request: None,
+            state_bytes_per_request: None,
         }
     }
 }
@@ -332,6 +347,8 @@ impl RoutingReport {
             "req/s",
             "out tok/s",
             "imbalance",
+            "CPU us/req",
+            "state B/req",
             "reqs per pod",
         ];
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
@@ -352,6 +369,10 @@ impl RoutingReport {
                 format!("{:.1}", r.requests_per_second),
                 format!("{:.1}", r.output_tokens_per_second),
                 times(r.imbalance),
+                r.router_cpu_us_per_request
+                    .map_or("-".to_owned(), |v| format!("{v:.0}")),
+                r.state_bytes_per_request
+                    .map_or("-".to_owned(), |v| format!("{v:.0}")),
                 if per_pod.is_empty() {
                     "-".to_owned()
                 } else {

@@ -312,6 +312,46 @@ pub struct Cli {
     #[arg(long, env = "FLEXINFER_PROXY_LOAD_SCRAPE_TIMEOUT", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub load_scrape_timeout: Duration,
 
+    /// Other replicas of this gateway (`host:port` of their peer listeners,
+    /// comma-separated) to share cache-aware routing state with; a name
+    /// resolving to several addresses (a headless Service) names them all,
+    /// and this replica's own address is recognised and skipped. Empty:
+    /// no sharing, nothing is spent on it.
+    #[arg(long, env = "PROXY_ROUTING_PEERS", value_delimiter = ',')]
+    pub routing_peers: Vec<String>,
+
+    /// Address of the peer listener, where replicas post what they learn
+    /// and fetch snapshots (only with PROXY_ROUTING_PEERS; signed, keep it
+    /// inside the cluster).
+    #[arg(
+        long,
+        env = "PROXY_ROUTING_PEER_LISTEN",
+        default_value = "0.0.0.0:8091"
+    )]
+    pub routing_peer_listen: String,
+
+    /// The secret shared by the replicas (at least 16 bytes); prefer
+    /// PROXY_ROUTING_PEER_SECRET_FILE.
+    #[arg(long, env = "PROXY_ROUTING_PEER_SECRET", hide_env_values = true)]
+    pub routing_peer_secret: Option<String>,
+
+    /// File holding the shared secret (surrounding whitespace ignored).
+    #[arg(long, env = "PROXY_ROUTING_PEER_SECRET_FILE")]
+    pub routing_peer_secret_file: Option<PathBuf>,
+
+    /// Time between two batches of records sent to the peers.
+    #[arg(long, env = "PROXY_ROUTING_PEER_FLUSH_INTERVAL", default_value = "25ms", value_parser = humantime::parse_duration)]
+    pub routing_peer_flush_interval: Duration,
+
+    /// Longest exchange with a peer; a peer that does not answer in time
+    /// misses that batch and is left alone for a backoff.
+    #[arg(long, env = "PROXY_ROUTING_PEER_TIMEOUT", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub routing_peer_timeout: Duration,
+
+    /// How often peer names are resolved again.
+    #[arg(long, env = "PROXY_ROUTING_PEER_REFRESH", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub routing_peer_refresh: Duration,
+
     /// Connection attempts per request, each on another endpoint when one exists (1 to 3).
     #[arg(
         long,

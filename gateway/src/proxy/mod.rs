@@ -87,6 +87,9 @@ pub struct Gateway {
     request_ids: RequestIds,
     /// Where each Responses API response was created ([`responses`]).
     response_ids: responses::ResponseIds,
+    /// Where cache-aware picks are shared with the other replicas, when
+    /// they are ([`crate::peers`]).
+    peers: Option<Arc<crate::peers::Outbox>>,
 }
 
 impl Gateway {
@@ -111,7 +114,15 @@ impl Gateway {
             settings,
             request_ids: RequestIds::new(),
             response_ids: responses::ResponseIds::default(),
+            peers: None,
         }
+    }
+
+    /// Shares what cache-aware picks teach the prefix indexes through
+    /// `outbox`.
+    pub fn with_peers(mut self, outbox: Arc<crate::peers::Outbox>) -> Self {
+        self.peers = Some(outbox);
+        self
     }
 
     /// Keys that may reach admin routes (and every other route).

@@ -39,9 +39,23 @@ impl Gateway {
         let pinned = ctx.pinned.and_then(|addr| set.index_of(&addr));
         let picked = match (pinned, plan.prompt.as_deref()) {
             (Some(idx), _) => Some((idx, set.track(idx), None)),
-            (None, Some(prompt)) => set
-                .pick_cache_aware(&prompt.request(), &route.options, exclude)
-                .map(|(idx, in_flight, decision)| (idx, in_flight, Some(decision))),
+            (None, Some(prompt)) => match &self.peers {
+                None => set.pick_cache_aware(&prompt.request(), &route.options, exclude),
+                Some(peers) => {
+                    let mut touched = Vec::new();
+                    let picked = set.pick_cache_aware_touched(
+                        &prompt.request(),
+                        &route.options,
+                        exclude,
+                        Some(&mut touched),
+                    );
+                    if let Some((idx, _, _)) = &picked {
+                        peers.publish(&route.name, set.upstream(*idx).addr, touched);
+                    }
+                    picked
+                }
+            }
+            .map(|(idx, in_flight, decision)| (idx, in_flight, Some(decision))),
             (None, None) => set
                 .pick(
                     plan.strategy,

@@ -17,7 +17,9 @@
 //! is within it,
 //! so a hot prefix spills to the next best endpoint (which then caches it
 //! too) instead of melting one pod. Equal scores go to an endpoint that has
-//! the requested LoRA adapter loaded, then rotate. A request that names a
+//! the requested LoRA adapter loaded, then to the one whose index holds the
+//! fewest blocks (least cache pressure; replicas sharing their indexes
+//! agree on it), then rotate. A request that names a
 //! session (`X-Session-ID`, `X-Conversation-ID`, body `session_id`) keeps to
 //! its session's pod on the hash ring, as session affinity does.
 
@@ -271,6 +273,22 @@ impl EndpointSet {
             if !with_adapter.is_empty() {
                 ties = with_adapter;
             }
+        }
+        if ties.len() > 1 {
+            // The endpoint holding the fewest blocks: the least cache
+            // pressure, and a picture replicas sharing their indexes agree
+            // on, where their own rotations would not.
+            let held = self.prefix_index().held_counts(
+                ties.iter()
+                    .map(|&pos| self.upstream(candidates[pos].idx).addr),
+            );
+            let least = held.iter().copied().min().unwrap_or(0);
+            ties = ties
+                .iter()
+                .zip(&held)
+                .filter(|(_, &h)| h == least)
+                .map(|(&pos, _)| pos)
+                .collect();
         }
         let chosen = &candidates[ties[self.tick() % ties.len()]];
         let longest = candidates.iter().map(|c| c.share).fold(0.0, f64::max);

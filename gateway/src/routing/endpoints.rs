@@ -288,6 +288,19 @@ impl EndpointSet {
         opts: &RoutingOptions,
         exclude: &[usize],
     ) -> Option<(usize, InFlight, Decision)> {
+        self.pick_cache_aware_touched(request, opts, exclude, None)
+    }
+
+    /// [`EndpointSet::pick_cache_aware`], appending to `touched` the blocks
+    /// the prefix index learned ([`PrefixIndex::record_touched`]), for the
+    /// gateway's peers.
+    pub fn pick_cache_aware_touched(
+        &self,
+        request: &CacheAwareRequest<'_>,
+        opts: &RoutingOptions,
+        exclude: &[usize],
+        touched: Option<&mut Vec<u64>>,
+    ) -> Option<(usize, InFlight, Decision)> {
         let matched: Vec<(usize, usize)> = if request.session.is_some() {
             Vec::new()
         } else {
@@ -303,13 +316,25 @@ impl EndpointSet {
             decision = why;
             Some(idx)
         })?;
-        let engine_tokens = self.counters[idx].backend.cache_tokens();
-        self.prefix_index.record(
-            self.upstreams[idx].addr,
-            request.blocks,
-            opts.cache_aware.capacity(engine_tokens),
-        );
+        let capacity = self.index_capacity(idx, opts);
+        let addr = self.upstreams[idx].addr;
+        match touched {
+            Some(out) => self
+                .prefix_index
+                .record_touched(addr, request.blocks, capacity, out),
+            None => self.prefix_index.record(addr, request.blocks, capacity),
+        }
         Some((idx, in_flight, decision))
+    }
+
+    /// Blocks the prefix index keeps for the endpoint at `idx`: as many as
+    /// its engine says it caches, or the model's bound.
+    ///
+    /// # Panics
+    /// When `idx` is not below [`EndpointSet::len`].
+    pub fn index_capacity(&self, idx: usize, opts: &RoutingOptions) -> usize {
+        opts.cache_aware
+            .capacity(self.counters[idx].backend.cache_tokens())
     }
 
     /// The prefix index cache-aware routing keeps for these endpoints.

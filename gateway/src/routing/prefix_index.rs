@@ -61,6 +61,8 @@ struct Slot {
     /// no longer the block's latest is stale and skipped on eviction.
     order: VecDeque<(u64, u64)>,
     clock: u64,
+    /// Distinct blocks held (the live records of `order`).
+    held: usize,
 }
 
 impl PrefixIndex {
@@ -109,7 +111,63 @@ impl PrefixIndex {
             return;
         }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.record(addr, blocks, capacity);
+        inner.touch(addr, blocks.iter().rev().copied(), capacity, None);
+    }
+
+    /// [`PrefixIndex::record`], appending to `touched` the blocks whose
+    /// record changed, in the order they were touched: what another index
+    /// must [`touch`](PrefixIndex::touch) to learn the same. Blocks still
+    /// fresh in this index are left out, so a prompt resent to the pod that
+    /// holds it yields only its new tail.
+    pub fn record_touched(
+        &self,
+        addr: SocketAddr,
+        blocks: &[u64],
+        capacity: usize,
+        touched: &mut Vec<u64>,
+    ) {
+        if blocks.is_empty() || capacity == 0 {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.touch(addr, blocks.iter().rev().copied(), capacity, Some(touched));
+    }
+
+    /// Touches `hashes` for `addr` in the order given (the order
+    /// [`PrefixIndex::record_touched`] reports, or a
+    /// [`PrefixIndex::held`] list), with the same LRU bound.
+    pub fn touch(&self, addr: SocketAddr, hashes: &[u64], capacity: usize) {
+        if hashes.is_empty() || capacity == 0 {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.touch(addr, hashes.iter().copied(), capacity, None);
+    }
+
+    /// Every endpoint with the blocks it holds, least recently used first:
+    /// touched in this order, another index learns the same picture.
+    pub fn held(&self) -> Vec<(SocketAddr, Vec<u64>)> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, state)| {
+                let state = state.as_ref()?;
+                let live = state
+                    .order
+                    .iter()
+                    .filter(|(hash, stamp)| {
+                        inner.holders.get(hash).is_some_and(|list| {
+                            list.iter()
+                                .any(|h| h.slot == slot as u32 && h.stamp == *stamp)
+                        })
+                    })
+                    .map(|&(hash, _)| hash)
+                    .collect();
+                Some((state.addr, live))
+            })
+            .collect()
     }
 
     /// Forgets every endpoint not in `keep`: they left the model, and a
@@ -125,6 +183,20 @@ impl PrefixIndex {
         for addr in gone {
             inner.forget(addr);
         }
+    }
+
+    /// Blocks each of `addrs` holds (0 for an endpoint never recorded).
+    pub fn held_counts(&self, addrs: impl Iterator<Item = SocketAddr>) -> Vec<usize> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        addrs
+            .map(|addr| {
+                inner
+                    .slot_of
+                    .get(&addr)
+                    .and_then(|&slot| inner.slots.get(slot as usize)?.as_ref())
+                    .map_or(0, |state| state.held)
+            })
+            .collect()
     }
 
     /// Blocks held over all endpoints (for tests and the admin view).
@@ -148,6 +220,7 @@ impl Inner {
             addr,
             order: VecDeque::new(),
             clock: 0,
+            held: 0,
         };
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(free) => {
@@ -163,7 +236,15 @@ impl Inner {
         slot
     }
 
-    fn record(&mut self, addr: SocketAddr, blocks: &[u64], capacity: usize) {
+    /// Touches `hashes` in order for `addr`; `touched` collects those whose
+    /// record changed.
+    fn touch(
+        &mut self,
+        addr: SocketAddr,
+        hashes: impl Iterator<Item = u64>,
+        capacity: usize,
+        mut touched: Option<&mut Vec<u64>>,
+    ) {
         let slot = self.slot_for(addr);
         let Some(state) = self.slots[slot as usize].as_mut() else {
             return;
@@ -172,24 +253,33 @@ impl Inner {
         // recorded again: it is safe from eviction for a while, and skipping
         // it keeps stale records (hence lost capacity) under half.
         let fresh_window = (capacity / 2).max(1) as u64;
-        // Last block first, so that a prompt's head is the most recently
-        // used and evicted last: as vLLM frees a request's blocks, so a
-        // shared system prompt outlives the conversations behind it.
-        for &hash in blocks.iter().rev() {
+        // A prompt is touched last block first (see `record`), so that its
+        // head is the most recently used and evicted last: as vLLM frees a
+        // request's blocks, so a shared system prompt outlives the
+        // conversations behind it.
+        for hash in hashes {
             state.clock += 1;
             let stamp = state.clock;
             let holders = self.holders.entry(hash).or_default();
             match holders.iter_mut().find(|h| h.slot == slot) {
                 Some(h) if stamp - h.stamp <= fresh_window => continue,
                 Some(h) => h.stamp = stamp,
-                None => holders.push(Holder { slot, stamp }),
+                None => {
+                    holders.push(Holder { slot, stamp });
+                    state.held += 1;
+                }
+            }
+            if let Some(out) = touched.as_deref_mut() {
+                out.push(hash);
             }
             state.order.push_back((hash, stamp));
             while state.order.len() > capacity {
                 let Some((old, old_stamp)) = state.order.pop_front() else {
                     break;
                 };
-                remove_holder(&mut self.holders, old, slot, Some(old_stamp));
+                if remove_holder(&mut self.holders, old, slot, Some(old_stamp)) {
+                    state.held -= 1;
+                }
             }
         }
     }
@@ -200,32 +290,34 @@ impl Inner {
         };
         if let Some(state) = self.slots[slot as usize].take() {
             for (hash, _) in state.order {
-                remove_holder(&mut self.holders, hash, slot, None);
+                let _ = remove_holder(&mut self.holders, hash, slot, None);
             }
         }
     }
 }
 
 /// Removes `slot` from the holders of `hash` (only if its latest stamp is
-/// `stamp`, when given), and the hash when no holder is left.
+/// `stamp`, when given), and the hash when no holder is left; returns
+/// whether it was removed.
 fn remove_holder(
     holders: &mut HashMap<u64, Vec<Holder>>,
     hash: u64,
     slot: u32,
     stamp: Option<u64>,
-) {
+) -> bool {
     let Some(list) = holders.get_mut(&hash) else {
-        return;
+        return false;
     };
-    if let Some(pos) = list
+    let pos = list
         .iter()
-        .position(|h| h.slot == slot && stamp.is_none_or(|s| s == h.stamp))
-    {
+        .position(|h| h.slot == slot && stamp.is_none_or(|s| s == h.stamp));
+    if let Some(pos) = pos {
         list.swap_remove(pos);
     }
     if list.is_empty() {
         holders.remove(&hash);
     }
+    pos.is_some()
 }
 
 #[cfg(test)]
@@ -291,6 +383,60 @@ mod tests {
         assert!(index.len() <= 128, "{}", index.len());
         let inner = index.inner.lock().unwrap();
         assert!(inner.slots.iter().flatten().all(|s| s.order.len() <= 64));
+    }
+
+    #[test]
+    fn another_index_replaying_the_touched_blocks_agrees() {
+        let local = PrefixIndex::default();
+        let peer = PrefixIndex::default();
+        let mut touched = Vec::new();
+        local.record_touched(addr(1), &[1, 2, 3, 4], 100, &mut touched);
+        assert_eq!(touched, [4, 3, 2, 1]);
+        peer.touch(addr(1), &touched, 100);
+        // A prompt resent to the pod holding it teaches only its new tail.
+        touched.clear();
+        local.record_touched(addr(1), &[1, 2, 3, 4, 5], 100, &mut touched);
+        assert_eq!(touched, [5]);
+        peer.touch(addr(1), &touched, 100);
+        touched.clear();
+        local.record_touched(addr(2), &[1, 2, 9], 100, &mut touched);
+        peer.touch(addr(2), &touched, 100);
+        for probe in [&[1, 2, 3, 4, 5, 6][..], &[1, 2, 9], &[7]] {
+            assert_eq!(found(&local, probe), found(&peer, probe), "{probe:?}");
+        }
+    }
+
+    #[test]
+    fn a_held_snapshot_rebuilds_the_same_lru() {
+        let local = PrefixIndex::default();
+        for round in 0..50u64 {
+            let blocks: Vec<u64> = (0..6).map(|b| round % 7 * 100 + b).collect();
+            local.record(addr(1), &blocks, 24);
+            local.record(addr((round % 3) as u8 + 2), &blocks[..3], 24);
+        }
+        let copy = PrefixIndex::default();
+        for (endpoint, hashes) in local.held() {
+            assert!(hashes.len() <= 24);
+            copy.touch(endpoint, &hashes, 24);
+        }
+        assert_eq!(copy.len(), local.len());
+        let addrs = || (1..=4).map(addr);
+        assert_eq!(copy.held_counts(addrs()), local.held_counts(addrs()));
+        assert_eq!(
+            local.held_counts(addrs()).iter().sum::<usize>(),
+            local.len()
+        );
+        for tenant in 0..7u64 {
+            let probe: Vec<u64> = (0..6).map(|b| tenant * 100 + b).collect();
+            assert_eq!(found(&local, &probe), found(&copy, &probe), "{tenant}");
+        }
+        // Evictions follow the same order afterwards.
+        local.record(addr(1), &[900, 901, 902, 903], 24);
+        copy.record(addr(1), &[900, 901, 902, 903], 24);
+        for tenant in 0..7u64 {
+            let probe: Vec<u64> = (0..6).map(|b| tenant * 100 + b).collect();
+            assert_eq!(found(&local, &probe), found(&copy, &probe), "{tenant}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod global;
 mod kube_mode;
 mod openai_sdk;
 mod parity;
+mod peers;
 mod prometheus;
 mod real_backend;
 mod real_cluster;

@@ -41,6 +41,7 @@ fn defined() -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for path in [
         "gateway/src/metrics.rs",
+        "gateway/src/peers/metrics.rs",
         "operator/src/controllers/metrics.rs",
         "sched-ext/src/metrics.rs",
         "node/src/metrics.rs",

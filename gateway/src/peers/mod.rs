@@ -1,0 +1,266 @@
+//! Gateway replicas that agree on where each prompt prefix lives.
+//!
+//! Every replica of a deployment keeps its own cache-aware prefix index
+//! ([`crate::routing::prefix_index`]). With sharing on, each block an index
+//! learns on the request path ("endpoint E of model M was sent blocks
+//! h0..hk") is also queued for the peers ([`Outbox`], a bounded channel:
+//! never a wait, a full queue drops and counts). A background task
+//! ([`service`]) batches the queue every flush interval, signs each batch
+//! ([`signature`]) and posts it to every peer over a queue of its own, so a
+//! slow or dead peer only loses its own batches. The receiving replica
+//! ([`receiver`], on its own listener) checks the signature and touches the
+//! same blocks in its index, without publishing them again. A replica that
+//! starts, or sees a peer again after failures, pulls that peer's whole
+//! index (a signed snapshot, the same [`codec`]).
+//!
+//! Records are idempotent and commute up to LRU order, so replicas
+//! converge on the same picture without coordination; a lost record costs
+//! at most a cache miss. In-flight counts stay per replica: the engines'
+//! own queue, which every replica scrapes, is the load they share.
+
+pub mod codec;
+mod link;
+mod metrics;
+pub mod outbox;
+pub mod receiver;
+pub mod service;
+pub mod signature;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use metrics::PeerMetrics;
+pub use outbox::Outbox;
+
+use crate::registry::{ModelRegistry, Resolved};
+use codec::{EndpointBlocks, ModelBlocks};
+use signature::Key;
+
+/// Path of record batches on the peer listener.
+pub const RECORDS_PATH: &str = "/peer/v1/records";
+/// Path of the snapshot on the peer listener.
+pub const SNAPSHOT_PATH: &str = "/peer/v1/snapshot";
+
+/// Largest record batch accepted, in bytes.
+pub const MAX_RECORDS_BYTES: usize = 8 * 1024 * 1024;
+/// Largest snapshot accepted, in bytes (a million blocks).
+pub const MAX_SNAPSHOT_BYTES: usize = 64 * 1024 * 1024;
+
+/// How sharing is set up.
+#[derive(Clone, Debug)]
+pub struct PeerSettings {
+    /// `host:port` of the peers' listeners; a name resolving to several
+    /// addresses (a headless Service) names several peers.
+    pub peers: Vec<String>,
+    /// Address of this replica's peer listener.
+    pub listen: String,
+    /// The shared secret.
+    pub secret: Vec<u8>,
+    /// This replica's id (its pod name, else the host name, with a random
+    /// suffix so a restarted replica is a new sender).
+    pub id: String,
+    /// Time between two batches.
+    pub flush_interval: Duration,
+    /// Longest exchange with a peer.
+    pub timeout: Duration,
+    /// Time between two resolutions of the peer names.
+    pub refresh: Duration,
+    /// Records queued on the request path before new ones are dropped.
+    pub queue: usize,
+}
+
+/// What the outbox, the sender and the receiver of one replica share.
+pub struct Node {
+    /// This replica's id.
+    pub id: String,
+    /// The shared secret.
+    pub key: Key,
+    /// The routes whose indexes are shared.
+    pub registry: Arc<dyn ModelRegistry>,
+    /// The series.
+    pub metrics: PeerMetrics,
+}
+
+/// What merging some records did, in blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// Touched in an index.
+    pub applied: usize,
+    /// For a model or endpoint this replica does not know (yet).
+    pub unknown: usize,
+}
+
+impl Node {
+    /// The route of the canonical name `model`.
+    fn route(&self, model: &str) -> Option<Resolved> {
+        self.registry
+            .resolve(model)
+            .filter(|r| *r.route.name == *model)
+    }
+
+    /// Touches the received blocks in the prefix indexes of their models.
+    /// Records for endpoints outside the model's current set are dropped:
+    /// the index holds only live endpoints.
+    pub fn merge(&self, models: &[ModelBlocks]) -> Merged {
+        let mut merged = Merged::default();
+        for model in models {
+            let Some(resolved) = self.route(&model.model) else {
+                merged.unknown += model
+                    .endpoints
+                    .iter()
+                    .map(|e| e.hashes.len())
+                    .sum::<usize>();
+                continue;
+            };
+            let route = &resolved.route;
+            let set = &route.endpoints;
+            for endpoint in &model.endpoints {
+                let Some(idx) = set.index_of(&endpoint.addr) else {
+                    merged.unknown += endpoint.hashes.len();
+                    continue;
+                };
+                let capacity = set.index_capacity(idx, &route.options);
+                set.prefix_index()
+                    .touch(endpoint.addr, &endpoint.hashes, capacity);
+                merged.applied += endpoint.hashes.len();
+            }
+        }
+        let blocks = &self.metrics.blocks;
+        blocks
+            .with_label_values(&["applied"])
+            .inc_by(merged.applied as u64);
+        blocks
+            .with_label_values(&["unknown"])
+            .inc_by(merged.unknown as u64);
+        merged
+    }
+
+    /// Every model's prefix index, least recently used blocks first.
+    pub fn snapshot(&self) -> Vec<ModelBlocks> {
+        let mut out = Vec::new();
+        for listed in self.registry.list() {
+            if listed.id != listed.root || listed.parent.is_some() {
+                continue;
+            }
+            let Some(resolved) = self.route(&listed.id) else {
+                continue;
+            };
+            let endpoints: Vec<EndpointBlocks> = resolved
+                .route
+                .endpoints
+                .prefix_index()
+                .held()
+                .into_iter()
+                .filter(|(_, hashes)| !hashes.is_empty())
+                .map(|(addr, hashes)| EndpointBlocks { addr, hashes })
+                .collect();
+            if !endpoints.is_empty() {
+                out.push(ModelBlocks {
+                    model: listed.id,
+                    endpoints,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// A replica id: `base` (pod or host name) and a random suffix.
+pub fn replica_id(base: Option<&str>) -> String {
+    let base = base
+        .map(str::to_owned)
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "gateway".into());
+    let base: String = base
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        .take(63)
+        .collect();
+    format!("{base}-{:08x}", rand::random::<u32>())
+}
+
+/// The request path's outbox and the services (peer listener, sender) of
+/// sharing as `settings` describe it.
+pub fn start(
+    settings: PeerSettings,
+    registry: Arc<dyn ModelRegistry>,
+    metrics: &crate::metrics::Metrics,
+) -> (
+    Arc<Outbox>,
+    Vec<Box<dyn pingora_core::services::ServiceWithDependents>>,
+) {
+    use pingora_core::apps::http_app::HttpServer;
+    use pingora_core::services::background::background_service;
+    use pingora_core::services::listening::Service;
+
+    let metrics = PeerMetrics::new(metrics.registry());
+    let node = Arc::new(Node {
+        id: settings.id.clone(),
+        key: Key::new(&settings.secret),
+        registry,
+        metrics: metrics.clone(),
+    });
+    let (outbox, rx) = Outbox::new(settings.queue, &metrics);
+    let mut listener = Service::new(
+        "flexinfer-routing-peers".to_string(),
+        HttpServer::new_app(receiver::PeerApp::new(Arc::clone(&node))),
+    );
+    listener.add_tcp(&settings.listen);
+    tracing::info!(
+        id = %settings.id,
+        listen = %settings.listen,
+        peers = ?settings.peers,
+        "sharing routing state with peer replicas"
+    );
+    let sender = service::Sender::new(node, settings, rx);
+    let services: Vec<Box<dyn pingora_core::services::ServiceWithDependents>> = vec![
+        Box::new(listener),
+        Box::new(background_service("routing peers", sender)),
+    ];
+    (Arc::new(outbox), services)
+}
+
+/// Sharing as the command line sets it: `None` when no peer is named.
+pub fn from_cli(cli: &crate::cli::Cli) -> anyhow::Result<Option<PeerSettings>> {
+    let peers: Vec<String> = cli
+        .routing_peers
+        .iter()
+        .flat_map(|p| p.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if peers.is_empty() {
+        return Ok(None);
+    }
+    let secret = match (&cli.routing_peer_secret, &cli.routing_peer_secret_file) {
+        (_, Some(path)) => std::fs::read(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
+            .trim_ascii()
+            .to_vec(),
+        (Some(secret), None) => secret.trim().as_bytes().to_vec(),
+        (None, None) => Vec::new(),
+    };
+    if secret.len() < signature::MIN_SECRET_LEN {
+        anyhow::bail!(
+            "PROXY_ROUTING_PEERS needs a shared secret of at least {} bytes \
+             (PROXY_ROUTING_PEER_SECRET or PROXY_ROUTING_PEER_SECRET_FILE)",
+            signature::MIN_SECRET_LEN
+        );
+    }
+    if cli.routing_peer_flush_interval.is_zero() || cli.routing_peer_timeout.is_zero() {
+        anyhow::bail!(
+            "PROXY_ROUTING_PEER_FLUSH_INTERVAL and PROXY_ROUTING_PEER_TIMEOUT must be > 0"
+        );
+    }
+    Ok(Some(PeerSettings {
+        peers,
+        listen: cli.routing_peer_listen.clone(),
+        secret,
+        id: replica_id(cli.pod_name.as_deref()),
+        flush_interval: cli.routing_peer_flush_interval,
+        timeout: cli.routing_peer_timeout,
+        refresh: cli.routing_peer_refresh.max(Duration::from_millis(100)),
+        queue: 4096,
+    }))
+}

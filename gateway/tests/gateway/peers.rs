@@ -1,0 +1,368 @@
+//! Gateway replicas sharing cache-aware routing state: real gateways
+//! peered on loopback in front of the same simulated pods.
+
+use crate::support;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use flexinfer_gateway::peers::codec::{encode, EndpointBlocks, ModelBlocks};
+use flexinfer_gateway::peers::signature::{
+    Key, PEER_ID_HEADER, PEER_SIGNATURE_HEADER, PEER_TIME_HEADER,
+};
+use flexinfer_gateway::peers::RECORDS_PATH;
+use flexinfer_gateway::routing::PromptBlocks;
+use serde_json::json;
+use support::{endpoints, free_port, pod, post_json, served_by, Gateway, SimProcess};
+
+const PODS: [&str; 4] = ["pod-a", "pod-b", "pod-c", "pod-d"];
+const SECRET: &str = "replicas-share-this-secret";
+
+fn cache_aware(sims: &[&SimProcess]) -> String {
+    format!(
+        "models:\n- name: m\n  routing: cache-aware\n  endpoints: {}\n",
+        endpoints(sims)
+    )
+}
+
+fn pods() -> Vec<SimProcess> {
+    PODS.iter()
+        .map(|p| pod(p, &["m"], &["--prefix-cache-blocks", "200"]))
+        .collect()
+}
+
+/// A tenant's system prompt of about 1,000 tokens, distinct from its
+/// first byte.
+fn system_prompt(tenant: usize) -> String {
+    (0..700)
+        .map(|w| format!("t{tenant}w{}", (w * 7919 + tenant * 104_729) % 10_007))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn turn(tenant: usize, turn: usize) -> Vec<u8> {
+    let messages = json!([
+        {"role": "system", "content": system_prompt(tenant)},
+        {"role": "user", "content": format!("question {turn} of tenant {tenant}")},
+    ]);
+    serde_json::to_vec(&json!({"model": "m", "messages": messages, "max_tokens": 2})).unwrap()
+}
+
+/// The prompt blocks the gateway computes for [`turn`]'s request.
+fn blocks(tenant: usize, turn: usize) -> Vec<u64> {
+    let text = format!(
+        "{}\nquestion {turn} of tenant {tenant}\n",
+        system_prompt(tenant)
+    );
+    PromptBlocks::of_text(text.as_bytes(), 16).hashes().to_vec()
+}
+
+/// Starts one gateway per peer port, each naming all the others.
+fn peered(yaml: &str, ports: &[u16], extra: &[&str]) -> Vec<Gateway> {
+    (0..ports.len())
+        .map(|i| start_peer(yaml, ports, i, extra))
+        .collect()
+}
+
+fn start_peer(yaml: &str, ports: &[u16], i: usize, extra: &[&str]) -> Gateway {
+    let others: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .map(|(_, p)| format!("127.0.0.1:{p}"))
+        .collect();
+    let listen = format!("127.0.0.1:{}", ports[i]);
+    let peers = others.join(",");
+    let mut args = vec![
+        "--route-debug-header",
+        "true",
+        "--routing-peer-listen",
+        &listen,
+        "--routing-peers",
+        &peers,
+        "--routing-peer-secret",
+        SECRET,
+        "--routing-peer-flush-interval",
+        "10ms",
+    ];
+    args.extend_from_slice(extra);
+    Gateway::start(yaml, &args)
+}
+
+async fn metric(gw: &Gateway, series: &str) -> f64 {
+    support::metric_value(&gw.metrics().await, series)
+}
+
+/// Waits until `gw` merged a snapshot from `n` peers (each link is up).
+async fn wait_linked(gw: &Gateway, n: usize) {
+    let series = "flexinfer_proxy_routing_peer_snapshots_total{result=\"applied\"}";
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(gw, series).await < n as f64 {
+        assert!(Instant::now() < deadline, "peers never linked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends one request and returns the pod and the route decision.
+async fn send(gw: &Gateway, body: &[u8]) -> (String, String) {
+    let resp = post_json(&gw.url("/v1/chat/completions"), body, &[]).await;
+    assert_eq!(resp.status(), 200);
+    let route = resp
+        .headers()
+        .get("x-flexinfer-route")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let reason = route
+        .rsplit("reason=")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    (served_by(&resp), reason)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_that_share_keep_each_tenant_on_one_pod() {
+    let sims = pods();
+    let refs: Vec<&SimProcess> = sims.iter().collect();
+    let ports = [free_port(), free_port(), free_port()];
+    let gws = peered(&cache_aware(&refs), &ports, &[]);
+    for gw in &gws {
+        wait_linked(gw, 2).await;
+    }
+    // Eight tenants, four turns, every request to the next replica in
+    // turn, as a Service spreads connections: each replica sees a tenant
+    // the others placed.
+    let mut home: HashMap<usize, String> = HashMap::new();
+    let mut hits = 0;
+    let mut next = 0;
+    for t in 0..4 {
+        for tenant in 0..8 {
+            let gw = &gws[next % gws.len()];
+            next += 1;
+            let (pod, reason) = send(gw, &turn(tenant, t)).await;
+            let first = home.entry(tenant).or_insert_with(|| pod.clone());
+            assert_eq!(*first, pod, "tenant {tenant} moved at turn {t} ({reason})");
+            hits += usize::from(reason == "prefix_hit");
+            // Longer than a flush: the next replica has heard of it.
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
+    }
+    assert_eq!(hits, 24);
+    let mut per_pod: HashMap<&String, usize> = HashMap::new();
+    for pod in home.values() {
+        *per_pod.entry(pod).or_default() += 1;
+    }
+    assert!(per_pod.values().all(|&n| n == 2), "{per_pod:?}");
+    // What it cost: each block at most once per request to each peer
+    // (blocks still fresh in the index are not sent again), with a few
+    // bytes per batch around them.
+    let mut sent = 0.0;
+    for gw in &gws {
+        sent += metric(
+            gw,
+            "flexinfer_proxy_routing_peer_bytes_total{direction=\"sent\",kind=\"records\"}",
+        )
+        .await;
+    }
+    let prompts: usize = (0..8).map(|tenant| blocks(tenant, 0).len()).sum();
+    let all: usize = (0..4)
+        .flat_map(|t| (0..8).map(move |tenant| blocks(tenant, t).len()))
+        .sum();
+    let (low, high) = (2 * 8 * prompts, 2 * (8 * all + 64 * 32));
+    assert!(
+        (low..=high).contains(&(sent as usize)),
+        "{sent} not in {low}..={high}"
+    );
+}
+
+/// A TCP port that accepts connections and never answers.
+fn black_hole() -> (std::net::TcpListener, SocketAddr) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    (listener, addr)
+}
+
+/// Time of `n` cache-aware requests sent one after another.
+async fn timed(gw: &Gateway, tenant: usize, n: usize) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n);
+    for t in 0..n {
+        let start = Instant::now();
+        send(gw, &turn(tenant + t % 4, t)).await;
+        out.push(start.elapsed());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_or_silent_peer_never_delays_a_pick() {
+    let sims = pods();
+    let refs: Vec<&SimProcess> = sims.iter().collect();
+    let yaml = cache_aware(&refs);
+    let (_hole, silent) = black_hole();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let peers = format!("{silent},127.0.0.1:1");
+    let shared = Gateway::start(
+        &yaml,
+        &[
+            "--route-debug-header",
+            "true",
+            "--routing-peer-listen",
+            &listen,
+            "--routing-peers",
+            &peers,
+            "--routing-peer-secret",
+            SECRET,
+            "--routing-peer-timeout",
+            "3s",
+        ],
+    );
+    let alone = Gateway::start(&yaml, &["--route-debug-header", "true"]);
+    // Warm both (connections to the pods), then time the same work.
+    timed(&shared, 100, 4).await;
+    timed(&alone, 200, 4).await;
+    let with_peers = timed(&shared, 0, 40).await;
+    let without = timed(&alone, 10, 40).await;
+    let slowest = with_peers.iter().max().copied().unwrap_or_default();
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a pick waited: {slowest:?}"
+    );
+    let (a, b) = (support::median(&with_peers), support::median(&without));
+    assert!(a < b * 2 + Duration::from_millis(20), "{a:?} against {b:?}");
+    // The batches were attempted, failed and counted, off the request path.
+    let metrics = shared.metrics().await;
+    let failed = support::metric_value(
+        &metrics,
+        "flexinfer_proxy_routing_peer_batches_total{result=\"failed\"}",
+    ) + support::metric_value(
+        &metrics,
+        "flexinfer_proxy_routing_peer_batches_total{result=\"skipped\"}",
+    );
+    assert!(failed > 0.0, "{metrics}");
+}
+
+/// Posts `body` to a peer listener with the given signature headers.
+async fn post_records(addr: &str, body: Vec<u8>, headers: &[(&str, String)]) -> u16 {
+    let mut req = support::client()
+        .post(format!("http://{addr}{RECORDS_PATH}"))
+        .body(body);
+    for (name, value) in headers {
+        req = req.header(*name, value);
+    }
+    req.send()
+        .await
+        .expect("peer listener answers")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_correctly_signed_peer_updates_change_routing() {
+    let sims = pods();
+    let refs: Vec<&SimProcess> = sims.iter().collect();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let gw = Gateway::start(
+        &cache_aware(&refs),
+        &[
+            "--route-debug-header",
+            "true",
+            "--routing-peer-listen",
+            &listen,
+            "--routing-peers",
+            "127.0.0.1:1",
+            "--routing-peer-secret",
+            SECRET,
+        ],
+    );
+    // A forged claim: pod-d holds tenants 0 and 1's prompts.
+    let target: SocketAddr = sims[3]
+        .base_url()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let claim = |tenant: usize| {
+        let mut hashes = blocks(tenant, 0);
+        hashes.reverse();
+        encode(&[ModelBlocks {
+            model: "m".into(),
+            endpoints: vec![EndpointBlocks {
+                addr: target,
+                hashes,
+            }],
+        }])
+        .0
+    };
+    let body = claim(0);
+    let right = Key::new(SECRET.as_bytes());
+    let wrong = Key::new(b"not-the-shared-secret");
+    let headers = |key: &Key, body: &[u8], age_ms: u64| {
+        let now = flexinfer_gateway::peers::signature::now_ms();
+        let signed = key.sign_at("POST", RECORDS_PATH, "intruder", body, now - age_ms);
+        vec![
+            (PEER_ID_HEADER, signed.id),
+            (PEER_TIME_HEADER, signed.time_ms.to_string()),
+            (PEER_SIGNATURE_HEADER, signed.signature),
+        ]
+    };
+    assert_eq!(post_records(&listen, body.clone(), &[]).await, 401);
+    assert_eq!(
+        post_records(&listen, body.clone(), &headers(&wrong, &body, 0)).await,
+        401
+    );
+    assert_eq!(
+        post_records(&listen, body.clone(), &headers(&right, &body, 120_000)).await,
+        401
+    );
+    // The body signed, but another one sent.
+    let other = claim(1);
+    assert_eq!(
+        post_records(&listen, other, &headers(&right, &body, 0)).await,
+        401
+    );
+    let unauthorized = metric(
+        &gw,
+        "flexinfer_proxy_routing_peer_requests_total{result=\"unauthorized\"}",
+    )
+    .await;
+    assert_eq!(unauthorized, 4.0);
+    // Nothing was learned: tenant 0's first request is placed on load.
+    let (_, reason) = send(&gw, &turn(0, 0)).await;
+    assert_eq!(reason, "load");
+
+    // The same claim, signed with the shared secret, is believed.
+    let body = claim(1);
+    assert_eq!(
+        post_records(&listen, body.clone(), &headers(&right, &body, 0)).await,
+        204
+    );
+    let (pod, reason) = send(&gw, &turn(1, 0)).await;
+    assert_eq!((pod.as_str(), reason.as_str()), ("pod-d", "prefix_hit"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_later_catches_up_from_its_peer() {
+    let sims = pods();
+    let refs: Vec<&SimProcess> = sims.iter().collect();
+    let yaml = cache_aware(&refs);
+    let ports = [free_port(), free_port()];
+    let first = start_peer(&yaml, &ports, 0, &[]);
+    let mut home: HashMap<usize, String> = HashMap::new();
+    for tenant in 0..8 {
+        let (pod, _) = send(&first, &turn(tenant, 0)).await;
+        home.insert(tenant, pod);
+    }
+    // The second replica starts afterwards and pulls the first's index.
+    let started = Instant::now();
+    let second = start_peer(&yaml, &ports, 1, &[]);
+    wait_linked(&second, 1).await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    for tenant in 0..8 {
+        let (pod, reason) = send(&second, &turn(tenant, 1)).await;
+        assert_eq!(
+            (&pod, reason.as_str()),
+            (&home[&tenant], "prefix_hit"),
+            "tenant {tenant}"
+        );
+    }
+}
