@@ -364,8 +364,10 @@ def check_gateway(objects, values, label, expect):
     check(svc is not None and svc["spec"]["ports"][0]["port"] == expect["service_port"], f"{label}: gateway Service port")
     # Shutdown fits in the grace period.
     grace = pod_spec(gw)["terminationGracePeriodSeconds"]
-    total = seconds(env["PROXY_SHUTDOWN_DRAIN_DELAY"]["value"]) + seconds(env["PROXY_GRACEFUL_SHUTDOWN_TIMEOUT"]["value"])
-    check(total < grace, f"{label}: drain + graceful shutdown {total}s not below the grace period {grace}s")
+    pre_stop = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+    total = pre_stop + seconds(env["PROXY_SHUTDOWN_DRAIN_DELAY"]["value"]) + seconds(env["PROXY_GRACEFUL_SHUTDOWN_TIMEOUT"]["value"])
+    check(total < grace, f"{label}: preStop + drain + graceful shutdown {total}s not below the grace period {grace}s")
+    check(pre_stop == expect.get("pre_stop", 5), f"{label}: preStop sleep {pre_stop}s")
     # Replicas share routing state: a headless Service naming them all, a
     # shared secret mounted from a Secret that exists (docs/routing.md).
     if not expect.get("global") and values_peers_enabled(values):
