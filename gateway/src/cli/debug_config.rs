@@ -28,7 +28,8 @@ fn path(p: Option<&std::path::PathBuf>) -> Value {
 
 impl Cli {
     /// The effective settings; secrets (API keys, admin keys, the member
-    /// gateways' key) appear only as [`REDACTED`].
+    /// gateways' key, the replicas' shared secret) appear only as
+    /// [`REDACTED`].
     pub fn debug_config(&self) -> Value {
         let mode = if self.global_mode() {
             "global"
@@ -117,6 +118,13 @@ impl Cli {
                 super::LogFormat::Json => "json",
             },
             "logLevel": self.log_level,
+            "routingPeers": self.routing_peers,
+            "routingPeerListen": self.routing_peer_listen,
+            "routingPeerSecret": secret(self.routing_peer_secret.as_deref()),
+            "routingPeerSecretFile": path(self.routing_peer_secret_file.as_ref()),
+            "routingPeerFlushInterval": duration(self.routing_peer_flush_interval),
+            "routingPeerTimeout": duration(self.routing_peer_timeout),
+            "routingPeerRefresh": duration(self.routing_peer_refresh),
         });
         if let (Value::Object(all), Value::Object(rest)) = (&mut first, second) {
             all.extend(rest);
@@ -154,6 +162,7 @@ mod tests {
         assert_eq!(dump["authToken"], REDACTED);
         assert_eq!(dump["adminAuthToken"], REDACTED);
         assert_eq!(dump["globalMemberToken"], REDACTED);
+        assert_eq!(dump["routingPeerSecret"], REDACTED);
         let plain = Cli::parse_from(["x", "--config", "m.yaml"]).debug_config();
         assert_eq!(plain["authToken"], "");
         assert_eq!(plain["labelGroupRouting"], "round-robin");
