@@ -725,6 +725,17 @@ fn gateway_deployment(plane: &ControlPlane, namespace: &str) -> Value {
         .clone()
 }
 
+/// The Secrets of `namespace`, read as an administrator (as the kubelet
+/// reads the ones it mounts).
+fn secrets(plane: &ControlPlane, namespace: &str) -> Vec<Value> {
+    let list: Value = serde_json::from_str(&kubectl(
+        plane,
+        &["get", "secrets", "-n", namespace, "-o", "json"],
+    ))
+    .expect("JSON");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
 /// A release installed by the real `helm` with `values`, and its gateway
 /// running as a process on its own ServiceAccount's token.
 struct Release {
@@ -762,6 +773,7 @@ impl Release {
         let mut gateway =
             crate::chart_scenarios::lane::Component::of(&gateway, &kubeconfig, log.clone())
                 .expect("a gateway");
+        gateway.mount_secrets(&secrets(plane, namespace), plane.dir());
         gateway.start().await;
         Release {
             namespace: namespace.to_owned(),
@@ -800,6 +812,7 @@ impl Release {
         let mut gateway =
             crate::chart_scenarios::lane::Component::of(&deployment, &kubeconfig, self.log.clone())
                 .expect("a gateway");
+        gateway.mount_secrets(&secrets(plane, &self.namespace), plane.dir());
         // The old pod stops first (SIGTERM: it releases its Lease), as
         // Kubernetes stops a pod the rollout replaces.
         self.gateway

@@ -141,6 +141,8 @@ pub struct Component {
     log: PathBuf,
     /// Container port -> loopback port.
     ports: HashMap<u16, u16>,
+    /// Mount path of a Secret volume -> the folder holding its files.
+    mounts: Vec<(String, PathBuf)>,
     child: Option<Child>,
 }
 
@@ -176,8 +178,59 @@ impl Component {
             kubeconfig: kubeconfig.to_path_buf(),
             log,
             ports,
+            mounts: Vec::new(),
             child: None,
         })
+    }
+
+    /// Mounts the pod's Secret volumes as the kubelet would: each volume's
+    /// items (or every key) written as files into a folder under `dir`,
+    /// and args and env values under its mount path pointed there.
+    /// `secrets` are the Secret objects the volumes may name.
+    pub fn mount_secrets(&mut self, secrets: &[Value], dir: &Path) {
+        use base64::Engine as _;
+        let pod = &self.deployment["spec"]["template"]["spec"];
+        let volumes = pod["volumes"].as_array().cloned().unwrap_or_default();
+        let mounts = self.container()["volumeMounts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for mount in &mounts {
+            let name = mount["name"].as_str().unwrap_or_default();
+            let Some(volume) = volumes.iter().find(|v| v["name"] == name) else {
+                continue;
+            };
+            let Some(secret_name) = volume["secret"]["secretName"].as_str() else {
+                continue;
+            };
+            let secret = secrets
+                .iter()
+                .find(|s| s["metadata"]["name"] == secret_name)
+                .unwrap_or_else(|| panic!("Secret {secret_name} of volume {name} not found"));
+            let folder = dir.join(format!("volume-{name}-{}", random_suffix()));
+            std::fs::create_dir_all(&folder).expect("volume folder");
+            let data = secret["data"].as_object().cloned().unwrap_or_default();
+            let items: Vec<(String, String)> = match volume["secret"]["items"].as_array() {
+                Some(items) => items
+                    .iter()
+                    .map(|i| {
+                        let key = i["key"].as_str().unwrap_or_default().to_owned();
+                        let path = i["path"].as_str().unwrap_or(&key).to_owned();
+                        (key, path)
+                    })
+                    .collect(),
+                None => data.keys().map(|k| (k.clone(), k.clone())).collect(),
+            };
+            for (key, path) in items {
+                let encoded = data[&key].as_str().unwrap_or_default();
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .expect("Secret data is base64");
+                std::fs::write(folder.join(path), bytes).expect("volume file");
+            }
+            let mount_path = mount["mountPath"].as_str().unwrap_or_default().to_owned();
+            self.mounts.push((mount_path, folder));
+        }
     }
 
     fn container(&self) -> &Value {
@@ -205,11 +258,17 @@ impl Component {
         format!("http://127.0.0.1:{}{path}", self.port(port))
     }
 
-    /// Rewrites `0.0.0.0:<container port>` to the component's loopback port.
+    /// Rewrites `0.0.0.0:<container port>` to the component's loopback
+    /// port, and a path under a mounted Secret volume to its folder.
     fn rewrite(&self, text: &str) -> String {
         let mut out = text.to_string();
         for (from, to) in &self.ports {
             out = out.replace(&format!("0.0.0.0:{from}"), &format!("127.0.0.1:{to}"));
+        }
+        for (mount_path, folder) in &self.mounts {
+            if let Some(rest) = out.strip_prefix(mount_path.as_str()) {
+                out = format!("{}{rest}", folder.display());
+            }
         }
         out
     }
@@ -447,6 +506,13 @@ impl Lane {
             let Some(mut component) = Component::of(&d, lane.server.kubeconfig_path(), log) else {
                 continue;
             };
+            let secrets: Vec<Value> = lane
+                .objects
+                .iter()
+                .filter(|o| o["kind"] == "Secret")
+                .cloned()
+                .collect();
+            component.mount_secrets(&secrets, &lane.logs);
             component.start().await;
             lane.components.insert(binary, component);
         }
