@@ -12,6 +12,8 @@ Against one fast `flexinfer-sim` backend it measures, in one run:
                   requests/s and tokens/min budgets (charged and corrected)
   flexinfer-usage the same with --usage-headers: each answer held whole for
                   its X-Flexinfer-Prompt-Tokens and other usage headers
+  flexinfer-base  flexinfer-gateway of --base-gateway-bin (another build, e.g. an
+                  earlier commit), set up as `flexinfer`: before/after in one run
   pingora         the floor: a Pingora proxy with no logic (one upstream,
                   bodies passed through unread; gateway/examples/pingora_floor.rs)
   nginx           nginx as a reverse proxy (keep-alive upstream, no buffering)
@@ -351,6 +353,8 @@ def main() -> None:
     parser.add_argument("--litellm-python", default=None, help="Python with litellm[proxy] installed")
     parser.add_argument("--out", default="benchmark-results", help="folder for compare.json and compare.png")
     parser.add_argument("--no-build", action="store_true", help="use existing release binaries")
+    parser.add_argument("--base-gateway-bin", default=None,
+                        help="another flexinfer-gateway build, measured as target flexinfer-base")
     parser.add_argument("--cargo-profile", default="release",
                         help="cargo profile of every Rust binary measured: release (default) or "
                              "dist, what the container images ship (slower to build)")
@@ -396,10 +400,10 @@ def main() -> None:
             f"  - name: bench-stream\n    backendModel: {served}\n"
             f"    endpoints: ['http://127.0.0.1:{stream_port}']\n"
         )
-        def gateway(log_level: str, log_path=None, extra=()) -> Proxy:
+        def gateway(log_level: str, log_path=None, extra=(), binary=None) -> Proxy:
             port = free_port()
             log = open(log_path, "w") if log_path else None
-            proc = start([str(bins / "flexinfer-gateway"), "--config", str(models), "--listen",
+            proc = start([str(binary or bins / "flexinfer-gateway"), "--config", str(models), "--listen",
                           f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
                           "--threads", str(args.gateway_threads), "--max-body-bytes", "33554432",
                           *extra],
@@ -423,6 +427,12 @@ def main() -> None:
             tenants = gateway("error", extra=("--api-key-file", str(keys)))
             tenants.name = "flexinfer-tenants"
             proxies.append(tenants)
+        if "flexinfer-base" in wanted:
+            if not args.base_gateway_bin:
+                sys.exit("target flexinfer-base needs --base-gateway-bin")
+            base = gateway("error", binary=args.base_gateway_bin)
+            base.name = "flexinfer-base"
+            proxies.append(base)
         if "flexinfer-usage" in wanted:
             usage = gateway("error", extra=("--usage-headers", "true"))
             usage.name = "flexinfer-usage"

@@ -252,8 +252,9 @@ pub struct RoutingArgs {
 
     /// Strategies run in turn (--local): round-robin, least-loaded, prefix,
     /// cache-aware (gateway `routing` values default, least-loaded, prefix,
-    /// cache-aware) and oracle (no gateway: the client picks the pod with
-    /// the most cached tokens).
+    /// cache-aware), oracle (no gateway: the client picks the pod with
+    /// the most cached tokens), sglang (SGLang Model Gateway, cache_aware)
+    /// and peer (--peer-command).
     #[arg(
         long,
         value_delimiter = ',',
@@ -271,6 +272,33 @@ pub struct RoutingArgs {
     /// With --replicas above 1: each replica keeps its routing state to itself.
     #[arg(long)]
     pub no_sharing: bool,
+
+    /// With --replicas above 1: kill the last replica (SIGKILL) this long
+    /// after the requests start (e.g. 10s). The client takes it out of its
+    /// rotation after a connection to it fails and sends that request to
+    /// the next replica; the report gives failed requests and those in
+    /// flight on it.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub kill_replica_at: Option<Duration>,
+
+    /// Start the killed replica again this long after the kill (same
+    /// addresses and flags); the client uses it again once it answers,
+    /// and the report follows its hit rate per second against the others'.
+    #[arg(long, value_parser = humantime::parse_duration, requires = "kill_replica_at")]
+    pub restart_after: Option<Duration>,
+
+    /// Python with sglang-router installed, for strategy `sglang` (SGLang
+    /// Model Gateway, policy cache_aware); `scripts/sglang-router.sh`
+    /// installs it and prints this variable.
+    #[arg(long, env = "SGLANG_ROUTER_PYTHON")]
+    pub sglang_python: Option<PathBuf>,
+
+    /// Command line of any other router, for strategy `peer`: `{port}` is
+    /// its listening port on 127.0.0.1, `{workers}` the pods' URLs (one
+    /// argument each), `{workers_csv}` the same comma-separated; ready
+    /// when `GET /v1/models` answers 2xx.
+    #[arg(long)]
+    pub peer_command: Option<String>,
 
     /// flexinfer-sim binary [default: next to this executable].
     #[arg(long, env = "FLEXINFER_SIM_BIN")]
@@ -423,7 +451,7 @@ mod tests {
         let Command::Routing(a) = cli.command else {
             panic!()
         };
-        assert_eq!(a.strategies, Strategy::ALL);
+        assert_eq!(a.strategies, Strategy::ALL[..5]);
         assert_eq!((a.pods, a.tenants, a.concurrency), (4, 8, 16));
         assert_eq!((a.system_tokens, a.user_tokens, a.turns), (1000, 50, 4));
         assert_eq!((a.block_size, a.max_num_seqs, a.max_tokens), (16, 8, 16));

@@ -15,7 +15,7 @@ use flexinfer_bench::publish::{self, Destination};
 use flexinfer_bench::report::{LevelReport, LoadReport, LOAD_SCHEMA};
 use flexinfer_bench::routing::local::{self as routing_local, Binaries, SimSettings};
 use flexinfer_bench::routing::workload::ConversationSpec;
-use flexinfer_bench::routing::{self, LocalSpec, RoutingSpec, Strategy};
+use flexinfer_bench::routing::{self, LocalSpec, RoutingSpec};
 use flexinfer_bench::target::Target;
 use flexinfer_bench::tps::{self, TpsSpec};
 use flexinfer_bench::workload::Workload;
@@ -275,7 +275,11 @@ async fn run_routing(args: &RoutingArgs) -> Result<()> {
             "flexinfer-sim",
             "flexinfer-conformance --bin flexinfer-sim",
         )?;
-        let gateway = if args.strategies.iter().any(|s| *s != Strategy::Oracle) {
+        let gateway = if args
+            .strategies
+            .iter()
+            .any(|s| s.gateway_routing().is_some())
+        {
             Some(routing_local::find_binary(
                 args.gateway_bin.as_deref(),
                 "flexinfer-gateway",
@@ -301,6 +305,22 @@ async fn run_routing(args: &RoutingArgs) -> Result<()> {
                 max_num_seqs: args.max_num_seqs,
             },
             binaries: Binaries { sim, gateway },
+            sglang_python: args.sglang_python.clone(),
+            peer_command: args
+                .peer_command
+                .as_deref()
+                .map(routing::peer::PeerCommand::template)
+                .transpose()?,
+            fault: match args.kill_replica_at {
+                Some(_) if args.replicas < 2 => {
+                    bail!("--kill-replica-at needs --replicas 2 or more")
+                }
+                Some(kill_at) => Some(routing::fault::FaultSpec {
+                    kill_at,
+                    restart_after: args.restart_after,
+                }),
+                None => None,
+            },
         })
     } else {
         None

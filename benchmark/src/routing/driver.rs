@@ -4,7 +4,7 @@
 //! or, for the oracle, straight to the pod that has most of the prompt in
 //! its prefix cache.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,60 @@ pub enum Route {
     Oracle(Vec<Client>),
 }
 
+/// What the client knows of the gateway replicas, as a Service's endpoints:
+/// a replica leaves after a connection to it fails, and comes back when
+/// whoever restarted it says it is ready.
+#[derive(Debug, Default)]
+pub struct Endpoints {
+    live: Vec<AtomicBool>,
+    in_flight: Vec<AtomicU64>,
+    failovers: AtomicU64,
+}
+
+impl Endpoints {
+    /// `n` replicas, all live.
+    pub fn new(n: usize) -> Endpoints {
+        Endpoints {
+            live: (0..n).map(|_| AtomicBool::new(true)).collect(),
+            in_flight: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            failovers: AtomicU64::new(0),
+        }
+    }
+
+    /// Puts replica `i` back (it is ready again).
+    pub fn restore(&self, i: usize) {
+        if let Some(live) = self.live.get(i) {
+            live.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Requests sent to replica `i` and not answered yet.
+    pub fn in_flight(&self, i: usize) -> u64 {
+        self.in_flight
+            .get(i)
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+
+    /// Requests whose connection failed and that went to another replica.
+    pub fn failovers(&self) -> u64 {
+        self.failovers.load(Ordering::Relaxed)
+    }
+
+    /// The next live replica at or after `turn` (all of them when none is live).
+    fn pick(&self, turn: usize, n: usize) -> usize {
+        (0..n)
+            .map(|k| (turn + k) % n)
+            .find(|&i| self.live.get(i).is_none_or(|l| l.load(Ordering::Relaxed)))
+            .unwrap_or(turn % n.max(1))
+    }
+
+    fn remove(&self, i: usize) {
+        if let Some(live) = self.live.get(i) {
+            live.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
 /// How a run is driven.
 #[derive(Debug, Clone)]
 pub struct DriveSpec {
@@ -47,6 +101,8 @@ pub struct DriveSpec {
     pub model: String,
     /// `max_tokens` sent.
     pub max_tokens: u32,
+    /// The gateway replicas' liveness, shared with a fault controller.
+    pub endpoints: Arc<Endpoints>,
 }
 
 /// Everything measured in a run.
@@ -60,6 +116,9 @@ pub struct DriveResult {
     pub oracle_errors: u64,
     /// Requests the oracle sent to each pod (empty for a gateway).
     pub oracle_sent: Vec<u64>,
+    /// Per sample, the gateway replica that got it (`None`: the oracle, or
+    /// no connection at all).
+    pub replicas: Vec<Option<usize>>,
 }
 
 /// The answer of `POST /sim/prefix-match`.
@@ -146,13 +205,15 @@ pub async fn drive(route: Route, generator: Generator, spec: DriveSpec) -> Drive
         })
         .collect();
     let mut result = DriveResult::default();
+    let mut served = Vec::new();
     for worker in workers {
         if let Ok(samples) = worker.await {
-            result.samples.extend(samples);
+            served.extend(samples);
         }
     }
     result.elapsed = started.elapsed();
-    result.samples.sort_by_key(|s| s.started);
+    served.sort_by_key(|(s, _): &(Sample, Option<usize>)| s.started);
+    (result.samples, result.replicas) = served.into_iter().unzip();
     result.oracle_errors = shared.oracle_errors.load(Ordering::Relaxed);
     result.oracle_sent = shared
         .sent
@@ -163,7 +224,7 @@ pub async fn drive(route: Route, generator: Generator, spec: DriveSpec) -> Drive
 }
 
 /// One worker: its own keep-alive connection per destination.
-async fn worker(route: &Route, spec: &DriveSpec, shared: &Shared) -> Vec<Sample> {
+async fn worker(route: &Route, spec: &DriveSpec, shared: &Shared) -> Vec<(Sample, Option<usize>)> {
     let destinations = match route {
         Route::Gateway(replicas) => replicas.len(),
         Route::Oracle(pods) => pods.len(),
@@ -191,24 +252,26 @@ async fn worker(route: &Route, spec: &DriveSpec, shared: &Shared) -> Vec<Sample>
                 &answers,
             )
             .await;
-            let (latency, outcome, answer) = match outcome {
+            let (latency, outcome, answer, replica) = match outcome {
                 Ok(done) => done,
                 Err(class) => {
-                    samples.push(Sample {
+                    let sample = Sample {
                         started: sent_at,
                         latency: shared.started.elapsed() - sent_at,
                         outcome: Err(class),
-                    });
+                    };
+                    samples.push((sample, None));
                     tokio::time::sleep(CONNECT_BACKOFF).await;
                     continue 'conversations;
                 }
             };
             let failed = outcome.is_err();
-            samples.push(Sample {
+            let sample = Sample {
                 started: sent_at,
                 latency,
                 outcome,
-            });
+            };
+            samples.push((sample, replica));
             if failed {
                 // The history would lack this answer: start another conversation.
                 continue 'conversations;
@@ -219,9 +282,17 @@ async fn worker(route: &Route, spec: &DriveSpec, shared: &Shared) -> Vec<Sample>
     samples
 }
 
-type Measured = (Duration, Result<measure::Success, String>, String);
+type Measured = (
+    Duration,
+    Result<measure::Success, String>,
+    String,
+    Option<usize>,
+);
 
 /// Sends one turn; `Err` is a request that could not even be sent (connect).
+/// To gateway replicas: a replica whose connection fails is taken out of
+/// the rotation and the request goes to the next live one (nothing was
+/// sent), as a client behind a Service would reconnect.
 async fn turn_once(
     route: &Route,
     spec: &DriveSpec,
@@ -234,11 +305,23 @@ async fn turn_once(
     let body = conversation.body(&spec.model, turn, answers, spec.max_tokens);
     let (client, index) = match route {
         Route::Gateway(replicas) => {
-            let index = match replicas.len() {
-                0 => return Err("connect".to_owned()),
-                1 => 0,
-                n => shared.rotation.fetch_add(1, Ordering::Relaxed) % n,
-            };
+            let n = replicas.len();
+            if n == 0 {
+                return Err("connect".to_owned());
+            }
+            let turn = shared.rotation.fetch_add(1, Ordering::Relaxed);
+            let mut index = spec.endpoints.pick(turn, n);
+            for _ in 0..n {
+                if connection(&replicas[index], &mut connections[index])
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+                spec.endpoints.remove(index);
+                spec.endpoints.failovers.fetch_add(1, Ordering::Relaxed);
+                index = spec.endpoints.pick(index + 1, n);
+            }
             (&replicas[index], index)
         }
         Route::Oracle(pods) => {
@@ -269,9 +352,15 @@ async fn turn_once(
         .await
         .map_err(|_| "connect".to_owned())?;
     let oracle = matches!(route, Route::Oracle(_));
-    if oracle {
-        shared.in_flight[index].fetch_add(1, Ordering::Relaxed);
-        shared.sent[index].fetch_add(1, Ordering::Relaxed);
+    let counter = match oracle {
+        true => {
+            shared.sent[index].fetch_add(1, Ordering::Relaxed);
+            shared.in_flight.get(index)
+        }
+        false => spec.endpoints.in_flight.get(index),
+    };
+    if let Some(n) = counter {
+        n.fetch_add(1, Ordering::Relaxed);
     }
     let mut gaps = Vec::new();
     let mut answer = String::new();
@@ -280,14 +369,14 @@ async fn turn_once(
         measure::measure_with_text(conn, client.post(&path, body), true, &mut gaps, &mut answer),
     )
     .await;
-    if oracle {
-        shared.in_flight[index].fetch_sub(1, Ordering::Relaxed);
+    if let Some(n) = counter {
+        n.fetch_sub(1, Ordering::Relaxed);
     }
     let (latency, outcome) = measured.unwrap_or((spec.timeout, Err("timeout".to_owned())));
     if matches!(&outcome, Err(e) if !e.starts_with("http_")) {
         connections[index] = None;
     }
-    Ok((latency, outcome, answer))
+    Ok((latency, outcome, answer, (!oracle).then_some(index)))
 }
 
 /// The open connection in `slot`, opening one when there is none.
@@ -334,6 +423,22 @@ mod tests {
         assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
         assert_eq!(choose(&[5, 5, 0], &[0, 0, 0], 2), 0);
         assert_eq!(choose(&[], &[], 4), 0);
+    }
+
+    #[test]
+    fn dead_replicas_leave_the_rotation_until_restored() {
+        let endpoints = Endpoints::new(3);
+        let picks: Vec<usize> = (0..3).map(|t| endpoints.pick(t, 3)).collect();
+        assert_eq!(picks, [0, 1, 2]);
+        endpoints.remove(1);
+        let picks: Vec<usize> = (0..3).map(|t| endpoints.pick(t, 3)).collect();
+        assert_eq!(picks, [0, 2, 2]);
+        endpoints.remove(0);
+        endpoints.remove(2);
+        assert_eq!(endpoints.pick(4, 3), 1, "none live: plain rotation");
+        endpoints.restore(1);
+        assert_eq!(endpoints.pick(0, 3), 1);
+        assert_eq!(endpoints.in_flight(7), 0);
     }
 
     #[test]

@@ -15,6 +15,8 @@ use tokio::process::{Child, Command};
 use crate::client::Client;
 use crate::target::Target;
 
+use super::peer::{self, PeerCommand, Readiness};
+
 /// Environment variable naming the simulator binary.
 pub const SIM_BINARY_ENV: &str = "FLEXINFER_SIM_BIN";
 /// Environment variable naming the gateway binary.
@@ -316,15 +318,21 @@ async fn start_gateway(
     (model, routing): (&str, &str),
     endpoints: &[String],
     dir: &RunDir,
-    (index, extra): (usize, &[String]),
+    (index, extra, fixed_port): (usize, &[String], Option<u16>),
 ) -> Result<Process> {
     let config = dir.file(&format!("models-{index}.yaml"));
     std::fs::write(&config, model_file(model, routing, endpoints))
         .with_context(|| format!("writing {}", config.display()))?;
     let mut last = anyhow!("not started");
     for attempt in 0..GATEWAY_ATTEMPTS {
-        let log = dir.file(&format!("gateway-{index}-{attempt}.log"));
-        let port = free_port()?;
+        let log = (0..)
+            .map(|run| dir.file(&format!("gateway-{index}-{run}-{attempt}.log")))
+            .find(|path| !path.exists())
+            .unwrap_or_else(|| dir.file("gateway.log"));
+        let port = match fixed_port {
+            Some(port) => port,
+            None => free_port()?,
+        };
         let url = format!("http://127.0.0.1:{port}");
         let mut child = command(binary, &log)?
             .arg("--config")
@@ -374,7 +382,20 @@ pub struct Stack {
     pub pods: Vec<Process>,
     /// The gateway replicas (none when the oracle routes).
     pub gateways: Vec<Process>,
+    /// How each gateway replica was started, to start it again.
+    launches: Vec<Launch>,
     dir: RunDir,
+}
+
+/// What starts one gateway replica again, at the same addresses.
+#[derive(Debug, Clone)]
+struct Launch {
+    binary: PathBuf,
+    model: String,
+    routing: String,
+    endpoints: Vec<String>,
+    extra: Vec<String>,
+    port: u16,
 }
 
 impl Stack {
@@ -392,6 +413,7 @@ impl Stack {
         let mut stack = Stack {
             pods: Vec::with_capacity(pods),
             gateways: Vec::new(),
+            launches: Vec::new(),
             dir,
         };
         for index in 0..pods {
@@ -411,13 +433,99 @@ impl Stack {
                     (&settings.model, routing),
                     &endpoints,
                     &stack.dir,
-                    (index, &extra),
+                    (index, &extra, None),
                 )
                 .await?;
+                let port = Target::parse(&gateway.url)?.connect_addr().1;
+                stack.launches.push(Launch {
+                    binary: binary.to_owned(),
+                    model: settings.model.clone(),
+                    routing: routing.to_owned(),
+                    endpoints: endpoints.clone(),
+                    extra,
+                    port,
+                });
                 stack.gateways.push(gateway);
             }
         }
         Ok(stack)
+    }
+
+    /// Starts a peer router in front of the pods (as the only gateway)
+    /// and waits until it is ready.
+    pub async fn start_peer(&mut self, router: &PeerCommand) -> Result<()> {
+        let workers = self.pod_urls();
+        let mut last = anyhow!("not started");
+        for attempt in 0..GATEWAY_ATTEMPTS {
+            let log = self.dir.file(&format!("peer-{attempt}.log"));
+            let port = free_port()?;
+            let url = format!("http://127.0.0.1:{port}");
+            let (program, args) = router.render(port, &workers);
+            let mut child = command(&program, &log)?
+                .args(&args)
+                .stdout(Stdio::null())
+                .spawn()
+                .with_context(|| format!("cannot start {}", program.display()))?;
+            let pods = workers.len();
+            let ready = match router.ready {
+                Readiness::Models => wait_until(&mut child, &url, "/v1/models", |_| true).await,
+                Readiness::SglangWorkers => {
+                    wait_until(&mut child, &url, "/readiness", |body| {
+                        peer::sglang_ready(body, pods)
+                    })
+                    .await
+                }
+            };
+            match ready {
+                Ok(()) => {
+                    self.gateways.push(Process { child, url });
+                    return Ok(());
+                }
+                Err(e) => {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    let log = tail(&log);
+                    last = anyhow!("{} failed to start: {e}{log}", program.display());
+                    if !log.to_ascii_lowercase().contains("in use") {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// Kills gateway replica `index` with SIGKILL and waits for it.
+    pub async fn kill_gateway(&mut self, index: usize) -> Result<()> {
+        let gateway = self
+            .gateways
+            .get_mut(index)
+            .with_context(|| format!("no gateway replica {index}"))?;
+        gateway.child.start_kill()?;
+        gateway.child.wait().await?;
+        Ok(())
+    }
+
+    /// Starts gateway replica `index` again with its flags and addresses,
+    /// and waits until it answers.
+    pub async fn restart_gateway(&mut self, index: usize) -> Result<()> {
+        let launch = self
+            .launches
+            .get(index)
+            .with_context(|| format!("no gateway replica {index}"))?
+            .clone();
+        let gateway = start_gateway(
+            &launch.binary,
+            (&launch.model, &launch.routing),
+            &launch.endpoints,
+            &self.dir,
+            (index, &launch.extra, Some(launch.port)),
+        )
+        .await?;
+        if let Some(slot) = self.gateways.get_mut(index) {
+            *slot = gateway;
+        }
+        Ok(())
     }
 
     /// The pods' base URLs.

@@ -11,8 +11,10 @@
 //! [`report`] (table and JSON) and [`plot`] (the PNG chart).
 
 pub mod driver;
+pub mod fault;
 pub mod local;
 pub mod metrics;
+pub mod peer;
 pub mod plot;
 pub mod replicas;
 pub mod report;
@@ -20,6 +22,7 @@ pub mod workload;
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -28,9 +31,10 @@ use crate::client::Client;
 use crate::load::Stop;
 use crate::target::Target;
 
-use driver::{DriveSpec, Route};
+use driver::{DriveResult, DriveSpec, Endpoints, Route};
 use local::{Binaries, SimSettings, Stack};
 use metrics::{Pod, PodDelta, PodMetrics};
+use peer::PeerCommand;
 use replicas::Router;
 use report::{LocalSettings, RoutingReport, Settings, StrategyReport};
 use workload::{ConversationSpec, Generator};
@@ -54,16 +58,22 @@ pub enum Strategy {
     /// No gateway: the client asks every pod how much of the prompt it has
     /// cached and sends the request to the best one (the upper bound).
     Oracle,
+    /// SGLang Model Gateway (`sglang-router`), policy `cache_aware`.
+    Sglang,
+    /// The router of `--peer-command`.
+    Peer,
 }
 
 impl Strategy {
     /// Every strategy, in the default order.
-    pub const ALL: [Strategy; 5] = [
+    pub const ALL: [Strategy; 7] = [
         Strategy::RoundRobin,
         Strategy::LeastLoaded,
         Strategy::Prefix,
         Strategy::CacheAware,
         Strategy::Oracle,
+        Strategy::Sglang,
+        Strategy::Peer,
     ];
 
     /// The flag value.
@@ -74,17 +84,20 @@ impl Strategy {
             Strategy::Prefix => "prefix",
             Strategy::CacheAware => "cache-aware",
             Strategy::Oracle => "oracle",
+            Strategy::Sglang => "sglang",
+            Strategy::Peer => "peer",
         }
     }
 
-    /// The `routing` value of the gateway's model file; `None` for the oracle.
+    /// The `routing` value of the gateway's model file; `None` for the
+    /// oracle and peer routers.
     pub fn gateway_routing(self) -> Option<&'static str> {
         match self {
             Strategy::RoundRobin => Some("default"),
             Strategy::LeastLoaded => Some("least-loaded"),
             Strategy::Prefix => Some("prefix"),
             Strategy::CacheAware => Some("cache-aware"),
-            Strategy::Oracle => None,
+            Strategy::Oracle | Strategy::Sglang | Strategy::Peer => None,
         }
     }
 }
@@ -158,6 +171,12 @@ pub struct LocalSpec {
     pub sim: SimSettings,
     /// Binaries.
     pub binaries: Binaries,
+    /// Python with `sglang-router` installed (strategy `sglang`).
+    pub sglang_python: Option<std::path::PathBuf>,
+    /// The router of strategy `peer`.
+    pub peer_command: Option<PeerCommand>,
+    /// A gateway replica killed (and restarted) mid-run.
+    pub fault: Option<fault::FaultSpec>,
 }
 
 impl RoutingSpec {
@@ -196,13 +215,14 @@ impl RoutingSpec {
         }
     }
 
-    fn drive_spec(&self) -> DriveSpec {
+    fn drive_spec(&self, endpoints: Arc<Endpoints>) -> DriveSpec {
         DriveSpec {
             concurrency: self.concurrency,
             stop: self.stop,
             timeout: self.timeout,
             model: self.model.clone(),
             max_tokens: self.max_tokens,
+            endpoints,
         }
     }
 }
@@ -242,29 +262,38 @@ fn deltas(
         .collect()
 }
 
-/// Replays the workload against `route`, scraping `pods` before and after.
+/// Replays the workload against `route`, scraping `pods` before and after;
+/// `started` is told when the requests begin.
 async fn measure(
     spec: &RoutingSpec,
-    name: &str,
-    routing: Option<&str>,
-    route: Route,
+    (name, routing): (&str, Option<&str>),
+    (route, endpoints): (Route, Arc<Endpoints>),
     pods: &[Pod],
     gateways: &[Router],
-) -> StrategyReport {
+    started: Option<tokio::sync::oneshot::Sender<std::time::Instant>>,
+) -> (StrategyReport, DriveResult) {
     let before = scrape_all(pods).await;
     let routers_before = Router::read_all(gateways).await;
     let generator = Generator::new(spec.conversations, spec.seed);
     tracing::info!(strategy = name, "running");
-    let result = driver::drive(route, generator, spec.drive_spec()).await;
+    if let Some(started) = started {
+        let _ = started.send(std::time::Instant::now());
+    }
+    let result = driver::drive(route, generator, spec.drive_spec(endpoints)).await;
     let after = scrape_all(pods).await;
     let routers_after = Router::read_all(gateways).await;
-    let mut report =
-        StrategyReport::from_run(name, routing, result, deltas(pods, &before, &after), None);
+    let mut report = StrategyReport::from_run(
+        name,
+        routing,
+        result.clone(),
+        deltas(pods, &before, &after),
+        None,
+    );
     report.replicas = gateways.len();
     let spent = replicas::Spent::between(&routers_before, &routers_after);
     report.router_cpu_us_per_request = spent.cpu_us_per(report.requests);
     report.state_bytes_per_request = spent.peer_bytes_per(report.requests);
-    report
+    (report, result)
 }
 
 async fn run_url(spec: &RoutingSpec) -> Result<StrategyReport> {
@@ -278,15 +307,10 @@ async fn run_url(spec: &RoutingSpec) -> Result<StrategyReport> {
         .iter()
         .map(|u| Pod::new(u).with_context(|| format!("--pod-metrics {u}")))
         .collect::<Result<Vec<_>>>()?;
-    Ok(measure(
-        spec,
-        &spec.label,
-        None,
-        Route::Gateway(vec![client]),
-        &pods,
-        &[],
-    )
-    .await)
+    let route = (Route::Gateway(vec![client]), Arc::new(Endpoints::new(1)));
+    Ok(measure(spec, (&spec.label, None), route, &pods, &[], None)
+        .await
+        .0)
 }
 
 async fn run_local(spec: &RoutingSpec, local: &LocalSpec) -> Vec<StrategyReport> {
@@ -312,7 +336,8 @@ async fn run_one_local(
 ) -> Result<StrategyReport> {
     let routing = strategy.gateway_routing();
     let replicas = routing.map_or(0, |_| local.replicas);
-    let stack = Stack::start(
+    let peer = peer_command(local, strategy)?;
+    let mut stack = Stack::start(
         &local.binaries,
         &local.sim,
         local.pods,
@@ -320,49 +345,116 @@ async fn run_one_local(
         (replicas, local.sharing),
     )
     .await?;
-    let measured = async {
-        let pods = stack
-            .pod_urls()
-            .iter()
-            .map(|u| Pod::new(u))
-            .collect::<Result<Vec<_>>>()?;
-        let routers = stack
-            .gateways
-            .iter()
-            .map(|g| Router::new(&g.url, g.pid()))
-            .collect::<Result<Vec<_>>>()?;
-        if routers.len() > 1
-            && local.sharing
-            && !Router::wait_linked(&routers, routers.len() - 1, Duration::from_secs(15)).await
-        {
-            tracing::warn!("gateway replicas did not all reach each other within 15 s");
+    if let Some(peer) = &peer {
+        if let Err(e) = stack.start_peer(peer).await {
+            stack.stop().await;
+            return Err(e);
         }
-        let route = match stack.gateways.is_empty() {
-            false => Route::Gateway(
-                stack
-                    .gateways
-                    .iter()
-                    .map(|g| Client::new(Target::parse(&g.url)?, None, None, CONNECT_TIMEOUT))
-                    .collect::<Result<Vec<_>>>()?,
-            ),
-            true => Route::Oracle(
-                stack
-                    .pod_urls()
-                    .iter()
-                    .map(|u| Client::new(Target::parse(u)?, None, None, CONNECT_TIMEOUT))
-                    .collect::<Result<Vec<_>>>()?,
-            ),
-        };
-        let name = match (replicas, local.sharing) {
-            (0 | 1, _) => strategy.as_str().to_owned(),
-            (n, true) => format!("{strategy} x{n}"),
-            (n, false) => format!("{strategy} x{n} unshared"),
-        };
-        anyhow::Ok(measure(spec, &name, routing, route, &pods, &routers).await)
     }
-    .await;
+    let measured =
+        measure_local(spec, local, strategy, (routing, peer.is_some()), &mut stack).await;
     stack.stop().await;
     measured
+}
+
+/// Measures one strategy on a started stack, killing and restarting a
+/// replica meanwhile when asked.
+async fn measure_local(
+    spec: &RoutingSpec,
+    local: &LocalSpec,
+    strategy: Strategy,
+    (routing, peer): (Option<&str>, bool),
+    stack: &mut Stack,
+) -> Result<StrategyReport> {
+    let replicas = routing.map_or(0, |_| local.replicas);
+    let pods = stack
+        .pod_urls()
+        .iter()
+        .map(|u| Pod::new(u))
+        .collect::<Result<Vec<_>>>()?;
+    let routers = stack
+        .gateways
+        .iter()
+        .map(|g| Router::new(&g.url, g.pid()))
+        .collect::<Result<Vec<_>>>()?;
+    if routers.len() > 1
+        && local.sharing
+        && !Router::wait_linked(&routers, routers.len() - 1, Duration::from_secs(15)).await
+    {
+        tracing::warn!("gateway replicas did not all reach each other within 15 s");
+    }
+    let route = match stack.gateways.is_empty() {
+        false => Route::Gateway(
+            stack
+                .gateways
+                .iter()
+                .map(|g| Client::new(Target::parse(&g.url)?, None, None, CONNECT_TIMEOUT))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        true => Route::Oracle(
+            stack
+                .pod_urls()
+                .iter()
+                .map(|u| Client::new(Target::parse(u)?, None, None, CONNECT_TIMEOUT))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+    };
+    let routing = routing.or(peer.then_some(match strategy {
+        Strategy::Sglang => "cache_aware",
+        _ => "peer",
+    }));
+    let name = match (replicas, local.sharing) {
+        (0 | 1, _) => strategy.as_str().to_owned(),
+        (n, true) => format!("{strategy} x{n}"),
+        (n, false) => format!("{strategy} x{n} unshared"),
+    };
+    let endpoints = Arc::new(Endpoints::new(stack.gateways.len()));
+    let fault = local.fault.filter(|_| stack.gateways.len() > 1 && !peer);
+    let Some(fault) = fault else {
+        let route = (route, endpoints);
+        let (report, _) = measure(spec, (&name, routing), route, &pods, &routers, None).await;
+        return Ok(report);
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let controller = async {
+        match rx.await {
+            Ok(started) => Some(fault::run(stack, &endpoints, fault, started).await),
+            Err(_) => None,
+        }
+    };
+    let route = (route, endpoints.clone());
+    let run = measure(spec, (&name, routing), route, &pods, &routers, Some(tx));
+    let ((mut report, result), log) = tokio::join!(run, controller);
+    if let Some(log) = log {
+        let failovers = endpoints.failovers();
+        report.fault = Some(fault::FaultReport::new(&log, &result, failovers));
+    }
+    Ok(report)
+}
+
+/// The peer router `strategy` starts, if it is one.
+fn peer_command(local: &LocalSpec, strategy: Strategy) -> Result<Option<PeerCommand>> {
+    match strategy {
+        Strategy::Sglang => {
+            let python = local.sglang_python.as_deref().with_context(|| {
+                format!(
+                    "strategy sglang needs --sglang-python ({}): eval \"$(scripts/sglang-router.sh)\"",
+                    peer::SGLANG_PYTHON_ENV
+                )
+            })?;
+            Ok(Some(PeerCommand::sglang(
+                python,
+                "cache_aware",
+                local::free_port()?,
+            )))
+        }
+        Strategy::Peer => local
+            .peer_command
+            .clone()
+            .map(Some)
+            .context("strategy peer needs --peer-command"),
+        _ => Ok(None),
+    }
 }
 
 #[cfg(test)]

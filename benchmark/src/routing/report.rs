@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::stats::{self, Summary};
 
 use super::driver::DriveResult;
+use super::fault::FaultReport;
 use super::local::SimSettings;
 use super::metrics::{self, PodDelta};
 use super::workload::WorkloadKind;
@@ -152,6 +153,8 @@ pub struct StrategyReport {
     /// Bytes the replicas sent each other (record batches and snapshots)
     /// ÷ requests (`local` mode, sharing replicas).
     pub state_bytes_per_request: Option<f64>,
+    /// A replica killed and restarted mid-run (`--kill-replica-at`).
+    pub fault: Option<FaultReport>,
 }
 
 impl StrategyReport {
@@ -237,6 +240,7 @@ impl StrategyReport {
             replicas: 0,
             router_cpu_us_per_request: None,
             state_bytes_per_request: None,
+            fault: None,
         }
     }
 }
@@ -412,6 +416,9 @@ impl RoutingReport {
                     "{}: {} prefix-match lookups failed (counted as nothing cached)",
                     r.strategy, r.oracle_errors
                 );
+            }
+            if let Some(fault) = &r.fault {
+                let _ = write!(out, "{}: {}", r.strategy, fault.lines());
             }
         }
         if let Some(ratios) = &self.ratios {
