@@ -3,7 +3,13 @@
 //! kube-controller-manager) and the real `helm`, all built from their Go
 //! modules by `scripts/control-plane.sh` (`flexinfer_testkube::real`).
 //! Skipped, saying so, where they were not built; CI requires them
-//! (`FLEXINFER_REQUIRE_CONTROL_PLANE=1`).
+//! (`FLEXINFER_REQUIRE_CONTROL_PLANE=1`). The chart scenarios run here
+//! too (`scenarios`, on `lane::RealLane`).
+
+#[path = "real_cluster/lane.rs"]
+pub mod lane;
+#[path = "real_cluster/scenarios.rs"]
+mod scenarios;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -694,6 +700,7 @@ async fn gpu_kubelet(
             capacity: serde_json::json!({"cpu": "16", "memory": "64Gi",
                 "nvidia.com/gpu": "1", "pods": "110"}),
             selector: format!("{MODEL_LABEL}={model}"),
+            namespace: None,
             bind_unscheduled: true,
             runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &flags, &logs)),
             network: Some(std::sync::Arc::new(

@@ -195,7 +195,7 @@ async fn reconcile_inner(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<
         status: None,
     };
     let mut plan = ModelPlan::for_model(&model_view, backend, &ctx.settings.build);
-    plan.owner = md.controller_owner_ref(&());
+    plan.owner = crate::desired::controller_owner(&md);
     plan.vendor = placement.vendor;
     plan.arch = placement.arch;
     plan.replicas = md.spec.replicas;

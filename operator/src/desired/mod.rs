@@ -24,6 +24,17 @@ use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 
+/// The owner reference of an object the operator makes for `owner`: its
+/// controller, and blocking the owner's foreground deletion until the
+/// object is gone (`kubectl delete --cascade=foreground` then waits for
+/// Deployments, Services and Jobs, as with controller-runtime's
+/// `SetControllerReference`).
+pub fn controller_owner<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
+    let mut reference = owner.controller_owner_ref(&())?;
+    reference.block_owner_deletion = Some(true);
+    Some(reference)
+}
+
 /// Mount path of the model volume inside backend containers.
 pub const MODELS_MOUNT: &str = "/models";
 /// Default image of the flash-loader init container.
@@ -142,7 +153,7 @@ impl<'a> ModelPlan<'a> {
             namespace: model.namespace().unwrap_or_else(|| "default".into()),
             spec: &model.spec,
             annotations: model.annotations().clone(),
-            owner: model.controller_owner_ref(&()),
+            owner: controller_owner(model),
             backend,
             vendor,
             arch: String::new(),

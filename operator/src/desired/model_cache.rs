@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use super::download::{cache_pvc, DownloadSource, HfDownload};
 use super::BuildSettings;
@@ -56,7 +56,7 @@ fn meta(cache: &ModelCache, name: String) -> ObjectMeta {
                 "flexinfer".to_owned(),
             ),
         ])),
-        owner_references: cache.controller_owner_ref(&()).map(|o| vec![o]),
+        owner_references: super::controller_owner(cache).map(|o| vec![o]),
         ..Default::default()
     }
 }

@@ -26,7 +26,9 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use crate::sim::kubelet::{next_ip, readiness_probe, supervise, PodState, ReadinessProbe};
+use crate::sim::kubelet::{
+    lock, next_ip, readiness_probe, supervise, KubeletPod, PodState, ReadinessProbe, Running,
+};
 use crate::sim::{PodProcess, PodRunner};
 
 use super::netns::PodNetwork;
@@ -42,6 +44,8 @@ pub struct KubeletConfig {
     pub capacity: Value,
     /// Label selector of the Pods it runs (`key=value`).
     pub selector: String,
+    /// Namespace of the Pods it runs; `None`: every namespace.
+    pub namespace: Option<String>,
     /// Bind Pods that name no node to this Node.
     pub bind_unscheduled: bool,
     /// Maps a Pod to its process.
@@ -54,6 +58,7 @@ pub struct KubeletConfig {
 /// A running kubelet; dropping it stops it and kills its processes.
 pub struct RealKubelet {
     task: JoinHandle<()>,
+    running: Running,
 }
 
 impl Drop for RealKubelet {
@@ -66,8 +71,16 @@ impl RealKubelet {
     /// Registers the Node and starts serving its Pods.
     pub async fn start(client: kube::Client, config: KubeletConfig) -> kube::Result<Self> {
         register_node(&client, &config).await?;
-        let task = tokio::spawn(run(client, config));
-        Ok(Self { task })
+        let running = Running::default();
+        let task = tokio::spawn(run(client, config, running.clone()));
+        Ok(Self { task, running })
+    }
+
+    /// The Pods it runs now, with their addresses and process ids.
+    pub fn pods(&self) -> Vec<KubeletPod> {
+        let mut pods: Vec<KubeletPod> = lock(&self.running).values().cloned().collect();
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
+        pods
     }
 }
 
@@ -103,17 +116,23 @@ fn now() -> String {
     crate::meta::now()
 }
 
-async fn run(client: kube::Client, config: KubeletConfig) {
-    let pods: Api<Pod> = Api::all(client.clone());
+async fn run(client: kube::Client, config: KubeletConfig, running: Running) {
+    let pods: Api<Pod> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let watch = watcher::watcher(pods, watcher::Config::default().labels(&config.selector));
-    let mut tasks = PodTasks::default();
+    let mut tasks = PodTasks {
+        tasks: HashMap::new(),
+        running,
+    };
     let mut stream = std::pin::pin!(watch);
     while let Some(event) = stream.next().await {
         let pods: Vec<Pod> = match event {
             Ok(Event::Apply(p) | Event::InitApply(p)) => vec![p],
             Ok(Event::Delete(p)) => {
-                if let Some(task) = p.metadata.uid.as_ref().and_then(|u| tasks.0.remove(u)) {
-                    task.abort();
+                if let Some(uid) = p.metadata.uid.as_ref() {
+                    tasks.stop(uid);
                 }
                 continue;
             }
@@ -124,17 +143,12 @@ async fn run(client: kube::Client, config: KubeletConfig) {
             }
         };
         for pod in pods {
-            handle(&client, &config, &mut tasks.0, pod).await;
+            handle(&client, &config, &mut tasks, pod).await;
         }
     }
 }
 
-async fn handle(
-    client: &kube::Client,
-    config: &KubeletConfig,
-    tasks: &mut HashMap<String, JoinHandle<()>>,
-    pod: Pod,
-) {
+async fn handle(client: &kube::Client, config: &KubeletConfig, tasks: &mut PodTasks, pod: Pod) {
     let (Some(uid), Some(name), Some(ns)) = (
         pod.metadata.uid.clone(),
         pod.metadata.name.clone(),
@@ -144,9 +158,7 @@ async fn handle(
     };
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     if pod.metadata.deletion_timestamp.is_some() {
-        if let Some(task) = tasks.remove(&uid) {
-            task.abort();
-        }
+        tasks.stop(&uid);
         // The process is gone: confirm, as a kubelet does.
         let dp = DeleteParams {
             grace_period_seconds: Some(0),
@@ -174,7 +186,7 @@ async fn handle(
                 let _ = client.request_text(req).await;
             }
         }
-        Some(n) if n == config.node && !tasks.contains_key(&uid) => {
+        Some(n) if n == config.node && !tasks.tasks.contains_key(&uid) => {
             let value = serde_json::to_value(&pod).unwrap_or_default();
             let ip = match &config.network {
                 None => next_ip(),
@@ -187,17 +199,28 @@ async fn handle(
                 },
             };
             let Some(process) = (config.runner)(&value, ip) else {
-                tasks.insert(uid, tokio::spawn(async {}));
+                tasks.tasks.insert(uid, tokio::spawn(async {}));
                 return;
             };
             let process = match &config.network {
                 Some(net) => net.wrap(process),
                 None => process,
             };
+            lock(&tasks.running).insert(
+                uid.clone(),
+                KubeletPod {
+                    namespace: ns,
+                    name: name.clone(),
+                    uid: uid.clone(),
+                    ip,
+                    pid: None,
+                },
+            );
             let task = PodTask {
                 api,
                 name,
                 uid: uid.clone(),
+                running: tasks.running.clone(),
                 ip,
                 container: value
                     .pointer("/spec/containers/0/name")
@@ -207,22 +230,35 @@ async fn handle(
                 probe: readiness_probe(&value),
                 started: now(),
             };
-            tasks.insert(uid, tokio::spawn(task.run(process)));
+            tasks.tasks.insert(uid, tokio::spawn(task.run(process)));
         }
         _ => {}
     }
 }
 
-/// The per-Pod tasks: dropping them (the kubelet stopped) aborts them,
-/// which kills their processes.
-#[derive(Default)]
-struct PodTasks(HashMap<String, JoinHandle<()>>);
+/// The per-Pod tasks and what they run: dropping them (the kubelet
+/// stopped) aborts them, which kills their processes.
+struct PodTasks {
+    tasks: HashMap<String, JoinHandle<()>>,
+    running: Running,
+}
+
+impl PodTasks {
+    /// Stops the Pod `uid`'s task, killing its process.
+    fn stop(&mut self, uid: &str) {
+        if let Some(task) = self.tasks.remove(uid) {
+            task.abort();
+        }
+        lock(&self.running).remove(uid);
+    }
+}
 
 impl Drop for PodTasks {
     fn drop(&mut self) {
-        for (_, task) in self.0.drain() {
+        for (_, task) in self.tasks.drain() {
             task.abort();
         }
+        lock(&self.running).clear();
     }
 }
 
@@ -230,6 +266,7 @@ struct PodTask {
     api: Api<Pod>,
     name: String,
     uid: String,
+    running: Running,
     ip: Ipv4Addr,
     container: String,
     probe: ReadinessProbe,
@@ -240,12 +277,17 @@ impl PodTask {
     async fn run(self, process: PodProcess) {
         let report =
             |s: PodState| self.write_status(s.ready, s.restarts, s.failed.then_some("Failed"));
+        let on_pid = |pid| {
+            if let Some(p) = lock(&self.running).get_mut(&self.uid) {
+                p.pid = pid;
+            }
+        };
         supervise(
             process,
             self.ip,
             self.probe.clone(),
             &self.name,
-            |_| {},
+            on_pid,
             report,
         )
         .await;

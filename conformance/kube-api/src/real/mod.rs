@@ -18,6 +18,7 @@
 pub mod kubelet;
 pub mod netns;
 
+pub use crate::sim::KubeletPod;
 pub use kubelet::{KubeletConfig, RealKubelet};
 pub use netns::PodNetwork;
 
@@ -314,7 +315,9 @@ impl ControlPlane {
             format!("--secure-port={}", free_port()),
             "--controllers=deployment-controller,replicaset-controller,\
              endpointslice-controller,garbage-collector-controller,serviceaccount-controller,\
-             serviceaccount-token-controller,namespace-controller,job-controller"
+             serviceaccount-token-controller,namespace-controller,job-controller,\
+             ttl-after-finished-controller,persistentvolumeclaim-protection-controller,\
+             persistentvolume-protection-controller"
                 .into(),
             format!("--service-account-private-key-file={}", d("sa.key")),
             format!("--root-ca-file={}", d("ca.crt")),

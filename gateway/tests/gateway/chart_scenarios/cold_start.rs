@@ -4,18 +4,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::chart_scenarios::lane::{chat, model, Lane};
+use super::cluster::Cluster;
+use super::lane::Lane;
 
-/// The chart sets the gateway's default cold-start wait to 2 s; a Model
-/// that loads in 5 s and allows 10 s gets its first request answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_models_cold_start_timeout_outlasts_the_gateway_default() {
-    let values = json!({"gateway": {"activation": {"coldStartTimeout": "2s"}}});
-    let Some(lane) = Lane::install("cold-start", values).await else {
-        return;
-    };
+/// Chart values: the gateway's default cold-start wait is 2 s.
+pub fn values() -> Value {
+    json!({"gateway": {"activation": {"coldStartTimeout": "2s"}}})
+}
+
+/// A Model that loads in 5 s and allows 10 s gets its first request
+/// answered, although the gateway's default wait is 2 s.
+pub async fn run(lane: &mut impl Cluster) {
     lane.sim_flags("slow-load", &["--startup-delay", "5s"]);
-    lane.apply(model(
+    lane.apply(lane.model(
         "slow-load",
         json!({"backend": "vllm", "source": "hf://org/slow-load",
                "gpu": {"vendor": "nvidia"}, "cache": {"strategy": "None"},
@@ -24,9 +25,10 @@ async fn a_models_cold_start_timeout_outlasts_the_gateway_default() {
     .await;
 
     let started = Instant::now();
-    let resp = tokio::time::timeout(Duration::from_secs(20), chat(&lane, "slow-load"))
-        .await
-        .unwrap_or_else(|_| panic!("no answer in 20 s: {}", lane.describe("slow-load")));
+    let answer = tokio::time::timeout(Duration::from_secs(20), lane.chat("slow-load")).await;
+    let Ok(resp) = answer else {
+        panic!("no answer in 20 s: {}", lane.describe("slow-load").await);
+    };
     let waited = started.elapsed();
     let status = resp.status();
     let body: Value = resp.json().await.unwrap_or(Value::Null);
@@ -34,7 +36,7 @@ async fn a_models_cold_start_timeout_outlasts_the_gateway_default() {
         status,
         200,
         "first request after {waited:?}: {body}; {}",
-        lane.describe("slow-load")
+        lane.describe("slow-load").await
     );
     assert!(
         body["choices"][0]["message"]["content"].is_string(),
@@ -44,6 +46,14 @@ async fn a_models_cold_start_timeout_outlasts_the_gateway_default() {
         waited >= Duration::from_secs(4),
         "the request waited for the 5 s load ({waited:?})"
     );
-    let pods = lane.model_pods("slow-load");
+    let pods = lane.model_pods("slow-load").await;
     assert_eq!(pods.len(), 1, "one pod serves the model");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_models_cold_start_timeout_outlasts_the_gateway_default() {
+    let Some(mut lane) = Lane::install("cold-start", values()).await else {
+        return;
+    };
+    run(&mut lane).await;
 }

@@ -11,12 +11,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flexinfer_testkube::sim::PodProcess;
+use flexinfer_testkube::sim::{KubeletPod, PodProcess};
 use flexinfer_testkube::TestApiServer;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
+use super::cluster::Cluster;
 use crate::support::{free_port, SimProcess};
 
 /// Namespace the chart installs into (and, by default, watches).
@@ -537,152 +536,49 @@ impl Lane {
         }
     }
 
-    /// Server-side applies `obj` as `kubectl apply --server-side` would;
-    /// a Model, then waits until the gateway lists it (its watch has seen
-    /// it), as a user would check `/v1/models` before the first request.
-    pub async fn apply(&self, obj: Value) {
-        let api = self.api_for(&obj);
-        let name = obj["metadata"]["name"].as_str().expect("name").to_string();
-        let is_model = obj["kind"] == "Model";
-        api.patch(
-            &name,
-            &PatchParams::apply("kubectl").force(),
-            &Patch::Apply(obj),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {name}: {e}"));
-        if is_model {
-            let url = self.gateway_url("/v1/models");
-            eventually(
-                "the gateway to list the model",
-                Duration::from_secs(15),
-                || {
-                    let (url, name) = (url.clone(), name.clone());
-                    async move {
-                        let list: Value = fresh_client()
-                            .get(&url)
-                            .send()
-                            .await
-                            .ok()?
-                            .json()
-                            .await
-                            .ok()?;
-                        let listed = list["data"]
-                            .as_array()?
-                            .iter()
-                            .any(|m| m["id"] == name.as_str());
-                        listed.then_some(())
-                    }
-                },
-            )
-            .await;
-        }
-    }
-
-    /// Deletes `obj` (kind, apiVersion and name are read from it).
-    pub async fn delete(&self, obj: &Value) {
-        let api = self.api_for(obj);
-        let name = obj["metadata"]["name"].as_str().expect("name");
-        api.delete(name, &DeleteParams::default())
-            .await
-            .unwrap_or_else(|e| panic!("delete {name}: {e}"));
-    }
-
-    fn api_for(&self, obj: &Value) -> Api<DynamicObject> {
-        let api_version = obj["apiVersion"].as_str().expect("apiVersion");
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let kind = obj["kind"].as_str().expect("kind");
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        let plural = format!("{}s", kind.to_lowercase());
-        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
-        let ns = obj["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE);
-        Api::namespaced_with(self.server.client(), ns, &ar)
-    }
-
-    /// Sets the `flexinfer-sim` flags of the pods of Model `model`.
-    pub fn sim_flags(&self, model: &str, flags: &[&str]) {
-        self.sim_flags.lock().unwrap().insert(
-            model.to_string(),
-            flags.iter().map(|f| f.to_string()).collect(),
-        );
-    }
-
     /// The gateway component.
     pub fn gateway(&mut self) -> &mut Component {
         self.components
             .get_mut("flexinfer-gateway")
             .expect("gateway")
     }
+}
 
-    /// `http://<gateway>/<path>` on its proxy port.
-    pub fn gateway_url(&self, path: &str) -> String {
+impl Cluster for Lane {
+    fn namespace(&self) -> &str {
+        NAMESPACE
+    }
+
+    fn gateway_url(&self, path: &str) -> String {
         self.components["flexinfer-gateway"].url("http", path)
     }
 
-    /// A stored object of the release namespace.
-    pub fn object(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
-        self.server.object(api_version, kind, NAMESPACE, name)
+    fn logs(&self) -> &Path {
+        &self.logs
     }
 
-    /// Model `model`'s status, its Deployment's replicas and status, and its
-    /// pods' phases, for failure messages.
-    pub fn describe(&self, model: &str) -> String {
-        let m = self.object("ai.flexinfer/v1alpha2", "Model", model);
-        let d = self.object("apps/v1", "Deployment", model);
-        let pods: Vec<Value> = self
-            .model_pods(model)
-            .iter()
-            .map(|p| {
-                json!([
-                    p["metadata"]["name"],
-                    p["status"]["phase"],
-                    p["status"]["podIP"]
-                ])
-            })
-            .collect();
-        format!(
-            "Model status {}; Deployment replicas {} status {}; pods {pods:?}; logs in {}",
-            m.map_or(Value::Null, |m| m["status"].clone()),
-            d.as_ref()
-                .map_or(Value::Null, |d| d["spec"]["replicas"].clone()),
-            d.map_or(Value::Null, |d| d["status"].clone()),
-            self.logs.display()
-        )
+    fn sim_flags(&self, model: &str, flags: &[&str]) {
+        self.sim_flags.lock().unwrap().insert(
+            model.to_string(),
+            flags.iter().map(|f| f.to_string()).collect(),
+        );
     }
 
-    /// The stored Pods of Model `model`.
-    pub fn model_pods(&self, model: &str) -> Vec<Value> {
-        let mut out = Vec::new();
-        for p in self.server.kubelet_pods() {
-            if let Some(pod) = self.server.object("v1", "Pod", &p.namespace, &p.name) {
-                if pod["metadata"]["labels"][MODEL_LABEL] == model {
-                    out.push(pod);
-                }
-            }
-        }
-        out
+    fn client(&self) -> kube::Client {
+        self.server.client()
     }
 
-    /// The kubelet's pods of Model `model` (named `<model>-<suffix>`) as
-    /// (pod name, pid of the running process).
-    pub fn model_processes(&self, model: &str) -> Vec<(String, Option<u32>)> {
-        self.server
-            .kubelet_pods()
-            .into_iter()
-            .filter(|p| p.name.starts_with(&format!("{model}-")))
-            .map(|p| (p.name, p.pid))
-            .collect()
+    fn pods(&self) -> Vec<KubeletPod> {
+        self.server.kubelet_pods()
     }
-}
 
-/// A v1alpha2 Model in the release namespace.
-pub fn model(name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "ai.flexinfer/v1alpha2",
-        "kind": "Model",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": spec,
-    })
+    async fn terminate_gateway(&mut self, limit: Duration) -> bool {
+        self.gateway().terminate(limit).await
+    }
+
+    async fn start_gateway(&mut self) {
+        self.gateway().start().await;
+    }
 }
 
 /// Polls `check` every 50 ms until it returns `Some`, for at most `limit`.
@@ -709,14 +605,4 @@ pub fn fresh_client() -> reqwest::Client {
         .pool_max_idle_per_host(0)
         .build()
         .expect("client")
-}
-
-/// POSTs a chat completion for `model`.
-pub async fn chat(lane: &Lane, model: &str) -> reqwest::Response {
-    fresh_client()
-        .post(lane.gateway_url("/v1/chat/completions"))
-        .json(&crate::support::chat(model))
-        .send()
-        .await
-        .expect("chat request")
 }

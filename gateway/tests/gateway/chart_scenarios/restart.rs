@@ -4,9 +4,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::chart_scenarios::lane::{chat, fresh_client, model, Lane};
+use super::cluster::Cluster;
+use super::lane::{fresh_client, Lane};
 
 /// Outcome of one request of the traffic loop.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,28 +59,28 @@ fn traffic(
     (task, log)
 }
 
+/// Chart values: a short drain, as a test can wait for.
+pub fn values() -> Value {
+    json!({"gateway": {"shutdownDrainDelay": "1s", "gracefulShutdownTimeout": "5s"}})
+}
+
 /// The gateway gets SIGTERM while a client sends requests and is started
 /// again (a rollout of one replica): requests sent before or after the
 /// restart are all answered, the model keeps its pod and process (no new
 /// cold start), and the first request after the restart is fast.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gateway_restart_under_traffic_loses_only_in_flight_requests() {
-    let values = json!({"gateway": {"shutdownDrainDelay": "1s", "gracefulShutdownTimeout": "5s"}});
-    let Some(mut lane) = Lane::install("restart", values).await else {
-        return;
-    };
+pub async fn run(lane: &mut impl Cluster) {
     lane.sim_flags("steady", &["--startup-delay", "1s", "--ttft", "50ms"]);
-    lane.apply(model(
+    lane.apply(lane.model(
         "steady",
         json!({"backend": "llamacpp", "source": "file:///models/steady.gguf",
                "gpu": {"vendor": "cpu"}, "serverless": {"enabled": false}}),
     ))
     .await;
     assert_eq!(
-        chat(&lane, "steady").await.status(),
+        lane.chat("steady").await.status(),
         200,
         "logs in {}",
-        lane.logs.display()
+        lane.logs().display()
     );
     let before = lane.model_processes("steady");
     assert_eq!(before.len(), 1);
@@ -97,10 +98,10 @@ async fn a_gateway_restart_under_traffic_loses_only_in_flight_requests() {
     routable.store(false, Ordering::SeqCst);
     let terminated_at = Instant::now();
     assert!(
-        lane.gateway().terminate(Duration::from_secs(15)).await,
+        lane.terminate_gateway(Duration::from_secs(15)).await,
         "the gateway did not exit after SIGTERM"
     );
-    lane.gateway().start().await;
+    lane.start_gateway().await;
     let restarted_at = Instant::now();
     routable.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -120,7 +121,7 @@ async fn a_gateway_restart_under_traffic_loses_only_in_flight_requests() {
     assert!(
         failed.len() <= 1,
         "requests lost beyond the one in flight: {failed:?}; logs in {}",
-        lane.logs.display()
+        lane.logs().display()
     );
     assert!(
         after.iter().all(|(_, o)| *o == Outcome::Ok),
@@ -131,4 +132,12 @@ async fn a_gateway_restart_under_traffic_loses_only_in_flight_requests() {
         before,
         "the model kept its pod and process"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_restart_under_traffic_loses_only_in_flight_requests() {
+    let Some(mut lane) = Lane::install("restart", values()).await else {
+        return;
+    };
+    run(&mut lane).await;
 }

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::chart_scenarios::lane::{eventually, model, Lane};
+use crate::chart_scenarios::cluster::Cluster;
+use crate::chart_scenarios::lane::{eventually, Lane};
 
 /// The release runs the extender, and the operator it configures creates
 /// model pods with `schedulerName: flexinfer-scheduler`.
@@ -25,7 +26,7 @@ async fn with_the_extender_on_model_pods_name_the_flexinfer_scheduler() {
         .expect("extender /healthz");
     assert_eq!(health.status(), 200);
 
-    lane.apply(model(
+    lane.apply(lane.model(
         "placed",
         json!({"backend": "vllm", "source": "hf://org/placed",
                "gpu": {"vendor": "nvidia"}, "cache": {"strategy": "None"},
@@ -35,11 +36,13 @@ async fn with_the_extender_on_model_pods_name_the_flexinfer_scheduler() {
     let pod = tokio::time::timeout(
         Duration::from_secs(20),
         eventually("a pod of the model", Duration::from_secs(30), || async {
-            lane.model_pods("placed").into_iter().next()
+            lane.model_pods("placed").await.into_iter().next()
         }),
     )
-    .await
-    .unwrap_or_else(|_| panic!("no pod of the model: {}", lane.describe("placed")));
+    .await;
+    let Ok(pod) = pod else {
+        panic!("no pod of the model: {}", lane.describe("placed").await);
+    };
     assert_eq!(
         pod["spec"]["schedulerName"], "flexinfer-scheduler",
         "model pods are scheduled by the chart's scheduler: {}",

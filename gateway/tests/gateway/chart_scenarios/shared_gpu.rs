@@ -4,11 +4,17 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::chart_scenarios::lane::{eventually, fresh_client, model, Lane};
+use super::cluster::Cluster;
+use super::lane::{eventually, fresh_client, Lane};
 use crate::support::served_by;
 
-fn member(name: &str, priority: i32) -> Value {
-    model(
+/// Chart values: the defaults.
+pub fn values() -> Value {
+    json!({})
+}
+
+fn member(lane: &impl Cluster, name: &str, priority: i32) -> Value {
+    lane.model(
         name,
         json!({"backend": "vllm", "source": format!("hf://org/{name}"),
                "gpu": {"vendor": "nvidia", "shared": "pair", "priority": priority,
@@ -20,7 +26,7 @@ fn member(name: &str, priority: i32) -> Value {
 /// Runs a chat request for `model` in the background while sampling the
 /// kubelet's processes every 10 ms; returns the status, the serving pod
 /// and the samples in which both members had a running process.
-async fn request_sampling(lane: &Lane, model: &str) -> (u16, String, Vec<String>) {
+async fn request_sampling(lane: &impl Cluster, model: &str) -> (u16, String, Vec<String>) {
     let url = lane.gateway_url("/v1/chat/completions");
     let body = crate::support::chat(model);
     let request = tokio::spawn(async move {
@@ -35,8 +41,7 @@ async fn request_sampling(lane: &Lane, model: &str) -> (u16, String, Vec<String>
     let mut both = Vec::new();
     while !request.is_finished() {
         let running: Vec<String> = lane
-            .server
-            .kubelet_pods()
+            .pods()
             .into_iter()
             .filter(|p| p.pid.is_some())
             .map(|p| p.name)
@@ -55,31 +60,33 @@ async fn request_sampling(lane: &Lane, model: &str) -> (u16, String, Vec<String>
 /// A request for the higher-priority member swaps it in on demand: the
 /// other member is stopped first, so the two never run at once, and both
 /// requests are answered by the right model.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shared_gpu_pair_swaps_on_demand_and_never_runs_both() {
-    let Some(lane) = Lane::install("shared-gpu", json!({})).await else {
-        return;
-    };
-    lane.apply(member("pair-a", 10)).await;
-    lane.apply(member("pair-b", 20)).await;
+pub async fn run(lane: &mut impl Cluster) {
+    lane.apply(member(lane, "pair-a", 10)).await;
+    lane.apply(member(lane, "pair-b", 20)).await;
 
-    let (status, pod, both) = request_sampling(&lane, "pair-a").await;
-    assert_eq!(status, 200, "pair-a; logs in {}", lane.logs.display());
+    let (status, pod, both) = request_sampling(lane, "pair-a").await;
+    assert_eq!(status, 200, "pair-a; logs in {}", lane.logs().display());
     assert!(pod.starts_with("pair-a-"), "served by {pod}");
     assert!(both.is_empty(), "both members ran at once: {both:?}");
 
-    let (status, pod, both) = request_sampling(&lane, "pair-b").await;
-    assert_eq!(status, 200, "pair-b; logs in {}", lane.logs.display());
+    let (status, pod, both) = request_sampling(lane, "pair-b").await;
+    assert_eq!(status, 200, "pair-b; logs in {}", lane.logs().display());
     assert!(pod.starts_with("pair-b-"), "served by {pod}");
     assert!(both.is_empty(), "both members ran at once: {both:?}");
 
     eventually("pair-a stopped", Duration::from_secs(10), || async {
-        let replicas = lane
-            .object("apps/v1", "Deployment", "pair-a")?
-            .pointer("/spec/replicas")?
-            .as_i64()?;
-        (replicas == 0 && lane.model_processes("pair-a").is_empty()).then_some(())
+        let stopped =
+            lane.replicas("pair-a").await == Some(0) && lane.model_processes("pair-a").is_empty();
+        stopped.then_some(())
     })
     .await;
     assert_eq!(lane.model_processes("pair-b").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_gpu_pair_swaps_on_demand_and_never_runs_both() {
+    let Some(mut lane) = Lane::install("shared-gpu", values()).await else {
+        return;
+    };
+    run(&mut lane).await;
 }
