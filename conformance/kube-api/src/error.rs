@@ -154,6 +154,16 @@ impl ApiError {
         .with_details(rt, name)
     }
 
+    /// 422 for list and watch parameters that do not go together.
+    pub(crate) fn invalid_list_options(message: &str) -> Self {
+        ApiError {
+            code: 422,
+            reason: "Invalid".into(),
+            message: format!("ListOptions.meta.k8s.io \"\" is invalid: {message}"),
+            details: Some(json!({"group": "meta.k8s.io", "kind": "ListOptions"})),
+        }
+    }
+
     pub(crate) fn forbidden(message: impl Into<String>) -> Self {
         ApiError::with_code(403, message)
     }

@@ -9,7 +9,8 @@
 //!   their dependents, then the finalizer;
 //! - objects being deleted with the `foregroundDeletion` finalizer
 //!   (`propagationPolicy: Foreground`): dependents are deleted, and the
-//!   finalizer removed once none is left;
+//!   finalizer removed once none that blocks its owner's deletion
+//!   (`blockOwnerDeletion: true`) is left;
 //! - namespaces being deleted: everything in them is deleted, and the
 //!   namespace removed once it is empty.
 //!
@@ -98,6 +99,10 @@ fn pass(store: &Store, st: &mut State) -> bool {
                 {
                     refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
                 }
+                // As upstream, no owner left means no `ownerReferences`.
+                if meta::owner_uids(obj).is_empty() {
+                    meta::meta_mut(obj).remove("ownerReferences");
+                }
             });
         }
         changed |= remove_finalizer(store, st, &owner, "orphan");
@@ -110,12 +115,15 @@ fn pass(store: &Store, st: &mut State) -> bool {
             .into_iter()
             .filter(|d| st.get(&d.0, &d.1).is_some())
             .collect();
-        if deps.is_empty() {
+        let blocking = deps.iter().any(|d| {
+            st.get(&d.0, &d.1)
+                .is_some_and(|dep| meta::blocks_owner_deletion(dep, &uid))
+        });
+        for d in &deps {
+            changed |= delete(store, st, d);
+        }
+        if !blocking {
             changed |= remove_finalizer(store, st, &owner, "foregroundDeletion");
-        } else {
-            for d in deps {
-                changed |= delete(store, st, &d);
-            }
         }
     }
     for ns in namespaces {

@@ -213,14 +213,22 @@ async fn dispatch(
     match verb {
         Verb::Get => Ok(object(200, &store.get(rt, &ns, &name)?)),
         Verb::List => {
+            validate_list_options(&query, false)?;
+            if let Some(rv) = query.get("resourceVersion").filter(|rv| !rv.is_empty()) {
+                WatchQuery::parse_resource_version(rv)?;
+            }
             let q = list_query(&query, None)?;
             Ok(list(&store.list(rt, target.ns.as_deref(), &q)?))
         }
         Verb::Watch => {
+            validate_list_options(&query, true)?;
             let filter = list_query(&query, target.name.as_deref())?;
+            let send_initial_events = query.get("sendInitialEvents").map(|v| v == "true");
             let wq = WatchQuery {
-                start: WatchQuery::start_from(query.get("resourceVersion").map(String::as_str))?,
-                send_initial_events: is_true("sendInitialEvents"),
+                start: WatchQuery::start_from(
+                    query.get("resourceVersion").map(String::as_str),
+                    send_initial_events,
+                )?,
                 bookmarks: is_true("allowWatchBookmarks"),
                 timeout: query
                     .get("timeoutSeconds")
@@ -304,7 +312,11 @@ async fn dispatch(
         }
         Verb::Delete => {
             let opts = delete_opts(&query, &body)?;
-            Ok(object(200, &store.delete(rt, &ns, &name, &opts)?))
+            let deleted = store.delete(rt, &ns, &name, &opts)?;
+            if deleted["kind"] == "Status" {
+                return Ok(json_response(200, &deleted));
+            }
+            Ok(object(200, &deleted))
         }
         Verb::DeleteCollection => {
             let opts = delete_opts(&query, &body)?;
@@ -398,6 +410,78 @@ fn list_query(query: &HashMap<String, String>, name: Option<&str>) -> Result<Lis
         limit,
         continue_token: query.get("continue").cloned(),
     })
+}
+
+/// Checks `resourceVersionMatch` and `sendInitialEvents` as upstream's
+/// `ValidateListOptions` does (422 Invalid): lists take a match only with a
+/// `resourceVersion` (and `Exact` not with `0`) and no `sendInitialEvents`;
+/// watches take `sendInitialEvents` only with `NotOlderThan`, and a match
+/// only with `sendInitialEvents`.
+fn validate_list_options(query: &HashMap<String, String>, watch: bool) -> Result<(), ApiError> {
+    let matching = query
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .filter(|m| !m.is_empty());
+    let rv = query
+        .get("resourceVersion")
+        .map(String::as_str)
+        .unwrap_or("");
+    let initial_events = query.contains_key("sendInitialEvents");
+    let continued = query.get("continue").is_some_and(|c| !c.is_empty());
+    let mut errors: Vec<String> = Vec::new();
+    let mut forbid = |field: &str, why: &str| errors.push(format!("{field}: Forbidden: {why}"));
+    if watch {
+        if initial_events && matching != Some("NotOlderThan") {
+            forbid(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            );
+        }
+        if matching.is_some() && !initial_events {
+            forbid(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            );
+        }
+    } else {
+        if matching.is_some() && rv.is_empty() {
+            forbid(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            );
+        }
+        if matching == Some("Exact") && rv == "0" {
+            forbid(
+                "resourceVersionMatch",
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            );
+        }
+        if initial_events {
+            forbid(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            );
+        }
+    }
+    if matching.is_some() && continued {
+        forbid(
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden when continue is provided",
+        );
+    }
+    if let Some(m) = matching.filter(|m| !matches!(*m, "Exact" | "NotOlderThan")) {
+        errors.push(format!(
+            "resourceVersionMatch: Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+        ));
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(ApiError::invalid_list_options(&errors[0])),
+        _ => Err(ApiError::invalid_list_options(&format!(
+            "[{}]",
+            errors.join(", ")
+        ))),
+    }
 }
 
 fn delete_opts(query: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpts, ApiError> {

@@ -57,8 +57,11 @@
 //!   resource leave `status` alone (types with a status subresource).
 //! - Deletion: finalizers and `deletionTimestamp`; removing the last
 //!   finalizer deletes; owner references with background garbage
-//!   collection; `propagationPolicy` Orphan and Foreground; namespace
-//!   deletion removes its contents; delete preconditions.
+//!   collection; `propagationPolicy` Orphan and Foreground (the owner
+//!   waits for `blockOwnerDeletion` dependents), Jobs orphaning by
+//!   default; a delete that removes the object answers with a `Status`,
+//!   or with the object for the types whose upstream registry does;
+//!   namespace deletion removes its contents; delete preconditions.
 //! - Custom resources: pruning of unknown fields, schema defaults, and
 //!   `type`/`required`/`enum` validation against the CRD schema.
 //! - Test controls: request counters per verb and resource, fault

@@ -64,6 +64,21 @@ pub(crate) fn owner_uids(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Whether `obj`'s owner reference to `owner_uid` has
+/// `blockOwnerDeletion: true`: a foreground deletion of that owner waits
+/// for `obj` to be gone.
+pub(crate) fn blocks_owner_deletion(obj: &Value, owner_uid: &str) -> bool {
+    obj.get("metadata")
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|r| {
+            r.get("uid").and_then(Value::as_str) == Some(owner_uid)
+                && r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true)
+        })
+}
+
 /// The current time as a Kubernetes `Time` (RFC 3339, whole seconds, UTC).
 pub(crate) fn now() -> String {
     k8s_openapi::jiff::Timestamp::now()

@@ -51,6 +51,11 @@ impl LabelSelector {
         )
     }
 
+    /// Whether it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
@@ -158,6 +163,11 @@ impl FieldSelector {
             reqs.push((path.to_string(), eq, value.trim().to_string()));
         }
         Ok(FieldSelector(reqs))
+    }
+
+    /// Whether it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// Whether `obj` satisfies every requirement.

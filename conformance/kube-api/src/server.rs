@@ -81,6 +81,7 @@ impl TestApiServerBuilder {
     pub async fn start(self) -> std::io::Result<TestApiServer> {
         let store = Arc::new(Store::new(self.registry, self.watch_history));
         seed(&store);
+        store.begin_history();
         let requests = Arc::new(RequestLog::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;

@@ -330,6 +330,20 @@ impl Store {
         self.notify(rv);
     }
 
+    /// Starts every type's history at the current resourceVersion (after
+    /// the server's own objects are in): as on a real API server, whose
+    /// watch cache of a type begins when the type is first served, a watch
+    /// from an earlier resourceVersion gets 410 Gone.
+    pub fn begin_history(&self) {
+        let mut st = self.lock();
+        let rv = st.rv;
+        for log in st.logs.values_mut() {
+            log.events.clear();
+            log.compacted = rv;
+        }
+        st.compacted_all = rv;
+    }
+
     /// Events of `gr` after `since`, or 410 when history no longer
     /// reaches back that far; also returns the current resourceVersion.
     pub fn events_since(
@@ -395,7 +409,7 @@ impl Store {
         let st = self.lock();
         let mut items = Vec::new();
         let mut last_key = None;
-        let mut more = false;
+        let mut remaining = 0usize;
         if let Some(bucket) = st.bucket(&rt.group_resource()) {
             let iter = bucket
                 .iter()
@@ -404,13 +418,14 @@ impl Store {
                 .filter(|(_, v)| q.matches(v));
             for (k, v) in iter {
                 if q.limit.is_some_and(|l| l > 0 && items.len() >= l) {
-                    more = true;
-                    break;
+                    remaining += 1;
+                    continue;
                 }
                 items.push(present(rt, v));
                 last_key = Some(k.clone());
             }
         }
+        let more = remaining > 0;
         // The continue token names the last returned key.
         let continue_token = if more {
             last_key.as_ref().map(encode_continue)
@@ -420,6 +435,10 @@ impl Store {
         let mut metadata = json!({"resourceVersion": st.rv.to_string()});
         if let Some(c) = continue_token {
             metadata["continue"] = json!(c);
+            // As upstream: counted only when no selector filters the items.
+            if q.labels.is_empty() && q.fields.is_empty() {
+                metadata["remainingItemCount"] = json!(remaining);
+            }
         }
         Ok(json!({
             "kind": format!("{}List", rt.kind),
@@ -598,9 +617,19 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let mut st = self.lock();
         let out = self.delete_locked(&mut st, rt, ns, name, opts)?;
+        let key = (
+            meta::meta_str(&out, "namespace")
+                .unwrap_or_default()
+                .to_string(),
+            name.to_string(),
+        );
+        let gone = !opts.dry_run && st.get(&rt.group_resource(), &key).is_none();
         let rv = st.rv;
         drop(st);
         self.notify(rv);
+        if gone && !returns_deleted_object(rt) {
+            return Ok(deleted_status(rt, &out));
+        }
         Ok(present(rt, &out))
     }
 
@@ -1016,10 +1045,18 @@ impl Store {
                 .iter()
                 .any(|f| !before.contains(f))
             {
+                let added: Vec<String> = meta::finalizers(&result)
+                    .into_iter()
+                    .filter(|f| !before.contains(f))
+                    .map(|f| format!("{f:?}"))
+                    .collect();
                 return Err(ApiError::invalid(
                     rt,
                     &name,
-                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted",
+                    format!(
+                        "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                        added.join(", ")
+                    ),
                 ));
             }
         }
@@ -1129,20 +1166,12 @@ impl Store {
         if opts.dry_run {
             return Ok(old);
         }
-        let mut finalizers = meta::finalizers(&old);
-        let deleting = meta::is_deleting(&old);
-        if !deleting {
-            match opts.propagation.as_deref() {
-                Some("Orphan") => finalizers.push("orphan".into()),
-                Some("Foreground") => finalizers.push("foregroundDeletion".into()),
-                _ => {}
-            }
-        }
+        let finalizers = deletion_finalizers(rt, &old, opts.propagation.as_deref());
         let namespace = rt.group.is_empty() && rt.plural == "namespaces";
+        if meta::is_deleting(&old) {
+            return Ok(self.redelete_locked(st, rt, old, finalizers, namespace));
+        }
         if !finalizers.is_empty() || namespace {
-            if deleting {
-                return Ok(old);
-            }
             let mut marked = old.clone();
             let m = meta::meta_mut(&mut marked);
             m.insert("deletionTimestamp".into(), json!(meta::now()));
@@ -1181,6 +1210,58 @@ impl Store {
         Ok(self.remove_locked(st, rt, &key))
     }
 
+    /// A delete of an object already being deleted: only its
+    /// garbage-collection finalizers change (another `propagationPolicy`),
+    /// and without finalizers left it goes.
+    fn redelete_locked(
+        &self,
+        st: &mut State,
+        rt: &ResourceType,
+        old: Value,
+        finalizers: Vec<String>,
+        namespace: bool,
+    ) -> Value {
+        let mut before = meta::finalizers(&old);
+        let mut after = finalizers.clone();
+        before.sort();
+        after.sort();
+        if before == after {
+            return old;
+        }
+        let gr = rt.group_resource();
+        let key = (
+            meta::meta_str(&old, "namespace")
+                .unwrap_or_default()
+                .to_string(),
+            meta::meta_str(&old, "name").unwrap_or_default().to_string(),
+        );
+        if finalizers.is_empty() && !namespace {
+            return self.remove_locked(st, rt, &key);
+        }
+        let mut updated = old.clone();
+        st.rv += 1;
+        let rv = st.rv;
+        let m = meta::meta_mut(&mut updated);
+        if finalizers.is_empty() {
+            m.remove("finalizers");
+        } else {
+            m.insert("finalizers".into(), json!(finalizers));
+        }
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        st.put(&gr, key, updated.clone());
+        st.log(
+            &gr,
+            self.history_limit,
+            LoggedEvent {
+                rv,
+                kind: EventKind::Modified,
+                old: Some(old),
+                obj: updated.clone(),
+            },
+        );
+        updated
+    }
+
     /// Removes an object now (no finalizer check); returns it.
     pub fn remove_locked(&self, st: &mut State, rt: &ResourceType, key: &ObjKey) -> Value {
         let gr = rt.group_resource();
@@ -1203,10 +1284,14 @@ impl Store {
         obj
     }
 
-    /// Deletes with default options from background tasks; missing
-    /// objects are ignored.
+    /// Deletes from background tasks, with background propagation (as the
+    /// garbage collector asks); missing objects are ignored.
     pub fn delete_internal(&self, st: &mut State, rt: &ResourceType, key: &ObjKey) {
-        let _ = self.delete_locked(st, rt, &key.0, &key.1, &DeleteOpts::default());
+        let opts = DeleteOpts {
+            propagation: Some("Background".into()),
+            ..Default::default()
+        };
+        let _ = self.delete_locked(st, rt, &key.0, &key.1, &opts);
     }
 
     /// Creates from a background task.
@@ -1250,6 +1335,79 @@ impl Store {
             Managed::Track,
         )
     }
+}
+
+/// The `orphan` finalizer: dependents lose their owner reference.
+const ORPHAN: &str = "orphan";
+/// The `foregroundDeletion` finalizer: dependents go first.
+const FOREGROUND: &str = "foregroundDeletion";
+
+/// The finalizers of an object after a delete with `propagation`, as
+/// upstream computes them: the request's policy, else the one the object
+/// is already being deleted with, else the type's default (`Orphan` for
+/// `batch/v1` Jobs, for compatibility, `Background` otherwise).
+fn deletion_finalizers(rt: &ResourceType, obj: &Value, propagation: Option<&str>) -> Vec<String> {
+    let current = meta::finalizers(obj);
+    let policy = propagation
+        .or_else(|| {
+            current.iter().find_map(|f| match f.as_str() {
+                ORPHAN => Some("Orphan"),
+                FOREGROUND => Some("Foreground"),
+                _ => None,
+            })
+        })
+        .unwrap_or(if rt.group == "batch" && rt.kind == "Job" {
+            "Orphan"
+        } else {
+            "Background"
+        });
+    let mut out: Vec<String> = current
+        .into_iter()
+        .filter(|f| f != ORPHAN && f != FOREGROUND)
+        .collect();
+    match policy {
+        "Orphan" => out.push(ORPHAN.into()),
+        "Foreground" => out.push(FOREGROUND.into()),
+        _ => {}
+    }
+    out
+}
+
+/// Whether a delete that removes an object answers with the object (as
+/// upstream's registries of these types do) rather than a `Status`.
+fn returns_deleted_object(rt: &ResourceType) -> bool {
+    match rt.group.as_str() {
+        "" => matches!(
+            rt.plural.as_str(),
+            "pods"
+                | "services"
+                | "serviceaccounts"
+                | "namespaces"
+                | "persistentvolumeclaims"
+                | "persistentvolumes"
+        ),
+        "apiextensions.k8s.io" => true,
+        _ => false,
+    }
+}
+
+/// The `Status` a delete that removed `obj` answers with.
+fn deleted_status(rt: &ResourceType, obj: &Value) -> Value {
+    let mut details = json!({
+        "name": meta::meta_str(obj, "name").unwrap_or_default(),
+        "kind": rt.plural,
+        "uid": meta::meta_str(obj, "uid").unwrap_or_default(),
+    });
+    if !rt.group.is_empty() {
+        details["group"] = json!(rt.group);
+    }
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    })
 }
 
 /// A namespace being deleted stays until the garbage collector has

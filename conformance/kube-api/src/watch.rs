@@ -1,15 +1,19 @@
 //! Watch streams: newline-delimited `{"type": ..., "object": ...}` events.
 //!
-//! - No `resourceVersion` (or `0`): synthetic `ADDED` events for the current
-//!   objects, then changes. With `sendInitialEvents=true` the initial events
-//!   end with a `BOOKMARK` annotated `k8s.io/initial-events-end: "true"`
-//!   (kube's streaming-list mode).
+//! - No `resourceVersion` (or `0`), or `sendInitialEvents=true` (kube's
+//!   streaming lists): synthetic `ADDED` events for the current objects,
+//!   then changes. With `allowWatchBookmarks=true` the initial events end
+//!   with a `BOOKMARK` annotated `k8s.io/initial-events-end: "true"`.
 //! - `resourceVersion=N`: every change after N, in order, or a `410 Gone`
 //!   `ERROR` event (reason `Expired`) when the type's history no longer
-//!   reaches back to N, which makes reflectors relist. A watcher that falls
-//!   behind the bounded history gets the same error.
+//!   reaches back to N (history begins when the server starts), which makes
+//!   reflectors relist. A watcher that falls behind the bounded history gets
+//!   the same error.
+//! - `sendInitialEvents=false` without a `resourceVersion`: changes from
+//!   now on.
 //! - `allowWatchBookmarks=true`: a `BOOKMARK` with the current
-//!   resourceVersion every bookmark interval.
+//!   resourceVersion every bookmark interval (kube-apiserver: about a
+//!   minute).
 //! - Label/field selectors: objects that start (stop) matching are sent as
 //!   `ADDED` (`DELETED`), as the watch cache does.
 //! - `timeoutSeconds`: the stream ends after that long.
@@ -35,13 +39,14 @@ pub(crate) enum WatchStart {
     Snapshot,
     /// Changes after this resourceVersion.
     After(u64),
+    /// Changes after the current resourceVersion.
+    Now,
 }
 
 /// Parsed watch parameters.
 #[derive(Clone, Debug)]
 pub(crate) struct WatchQuery {
     pub start: WatchStart,
-    pub send_initial_events: bool,
     pub bookmarks: bool,
     pub timeout: Option<Duration>,
     pub filter: ListQuery,
@@ -50,15 +55,30 @@ pub(crate) struct WatchQuery {
 }
 
 impl WatchQuery {
-    /// The start point named by a `resourceVersion` parameter.
-    pub fn start_from(resource_version: Option<&str>) -> Result<WatchStart, ApiError> {
-        match resource_version {
-            None | Some("") | Some("0") => Ok(WatchStart::Snapshot),
-            Some(rv) => rv
-                .parse::<u64>()
-                .map(WatchStart::After)
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}"))),
-        }
+    /// The start point named by the `resourceVersion` and
+    /// `sendInitialEvents` parameters.
+    pub fn start_from(
+        resource_version: Option<&str>,
+        send_initial_events: Option<bool>,
+    ) -> Result<WatchStart, ApiError> {
+        let after = match resource_version {
+            None | Some("") | Some("0") => None,
+            Some(rv) => Some(Self::parse_resource_version(rv)?),
+        };
+        Ok(match (send_initial_events, after) {
+            (Some(true), _) | (None, None) => WatchStart::Snapshot,
+            (_, Some(rv)) => WatchStart::After(rv),
+            (Some(false), None) => WatchStart::Now,
+        })
+    }
+
+    /// A `resourceVersion` parameter as a number (400 otherwise).
+    pub fn parse_resource_version(rv: &str) -> Result<u64, ApiError> {
+        rv.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "invalid resource version: resourceVersion: Invalid value: {rv:?}"
+            ))
+        })
     }
 }
 
@@ -141,8 +161,9 @@ pub(crate) fn stream(
                 rv
             }
             WatchStart::After(rv) => rv,
+            WatchStart::Now => store.resource_version(),
         };
-        if q.send_initial_events {
+        if q.start == WatchStart::Snapshot && q.bookmarks {
             yield Ok(bookmark(&rt, cursor, true));
         }
         let mut next_bookmark = Instant::now() + bookmark_interval;
@@ -288,15 +309,16 @@ mod tests {
 
     #[test]
     fn resource_versions_parse() {
-        assert_eq!(WatchQuery::start_from(None).unwrap(), WatchStart::Snapshot);
+        let start = WatchQuery::start_from;
+        assert_eq!(start(None, None).unwrap(), WatchStart::Snapshot);
+        assert_eq!(start(Some("0"), None).unwrap(), WatchStart::Snapshot);
+        assert_eq!(start(Some("12"), None).unwrap(), WatchStart::After(12));
+        assert_eq!(start(Some("12"), Some(true)).unwrap(), WatchStart::Snapshot);
         assert_eq!(
-            WatchQuery::start_from(Some("0")).unwrap(),
-            WatchStart::Snapshot
-        );
-        assert_eq!(
-            WatchQuery::start_from(Some("12")).unwrap(),
+            start(Some("12"), Some(false)).unwrap(),
             WatchStart::After(12)
         );
-        assert_eq!(WatchQuery::start_from(Some("x")).unwrap_err().code, 400);
+        assert_eq!(start(None, Some(false)).unwrap(), WatchStart::Now);
+        assert_eq!(start(Some("x"), None).unwrap_err().code, 400);
     }
 }

@@ -109,13 +109,17 @@ async fn owner_deletion_garbage_collects_dependents() {
         .unwrap_or_default()
         .is_empty());
 
-    // Foreground: the owner waits for its dependents.
+    // Foreground: the owner waits for its dependents that block its
+    // deletion.
     let owner = cms
         .create(&PostParams::default(), &config_map("owner3", &[]))
         .await
         .unwrap();
     let mut held = owned_secret("held", &owner);
     held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    for r in held.metadata.owner_references.iter_mut().flatten() {
+        r.block_owner_deletion = Some(true);
+    }
     secrets.create(&PostParams::default(), &held).await.unwrap();
     cms.delete("owner3", &DeleteParams::foreground())
         .await
