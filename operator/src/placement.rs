@@ -133,11 +133,89 @@ fn node_vram_mb(node: &Node) -> Option<i64> {
 }
 
 /// Detects vendor and architecture from the Ready nodes matching the
-/// model's nodeSelector.
+/// model's nodeSelector: the architecture of the first of them that has
+/// one (see [`place`], which picks one the backend runs on).
 pub fn detect(name: &str, spec: &ModelSpec, nodes: &[Node]) -> Result<Placement, PlacementError> {
+    let Some((vendor, nodes)) = candidates(name, spec, nodes)? else {
+        return Ok(Placement::cpu());
+    };
+    let arch = nodes
+        .iter()
+        .map(|n| node_arch(n, vendor))
+        .find(|a| !a.is_empty())
+        .unwrap_or_default();
+    let vram_mb = nodes.iter().filter_map(|n| node_vram_mb(n)).max();
+    Ok(Placement {
+        vendor,
+        arch,
+        vram_mb,
+    })
+}
+
+/// Where `backend` runs the model: the vendor of the Ready nodes matching
+/// its nodeSelector and, of their GPU architectures (in the order of the
+/// nodes' names), the first one the backend runs on with the model's VRAM
+/// estimate, with that architecture's largest GPU. A selection mixing
+/// architectures is refused only when the backend runs on none of them
+/// (the first one's error): the scheduler extender, where it runs, keeps
+/// the pods off the nodes the backend does not run on. Returns the experimental-support warnings of
+/// the chosen architecture.
+pub fn place(
+    name: &str,
+    backend: &Backend,
+    spec: &ModelSpec,
+    nodes: &[Node],
+) -> Result<(Placement, Vec<String>), PlacementError> {
+    let Some((vendor, mut nodes)) = candidates(name, spec, nodes)? else {
+        let cpu = Placement::cpu();
+        return check_compatibility(backend, spec, &cpu).map(|w| (cpu, w));
+    };
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut archs: Vec<String> = Vec::new();
+    for arch in nodes.iter().map(|n| node_arch(n, vendor)) {
+        if !arch.is_empty() && !archs.contains(&arch) {
+            archs.push(arch);
+        }
+    }
+    let of_arch = |arch: &str| -> Placement {
+        let vram_mb = nodes
+            .iter()
+            .filter(|n| arch.is_empty() || node_arch(n, vendor) == arch)
+            .filter_map(|n| node_vram_mb(n))
+            .max();
+        Placement {
+            vendor,
+            arch: arch.to_owned(),
+            vram_mb,
+        }
+    };
+    if archs.is_empty() {
+        let placement = of_arch("");
+        return check_compatibility(backend, spec, &placement).map(|w| (placement, w));
+    }
+    let mut first_error = None;
+    for arch in &archs {
+        let placement = of_arch(arch);
+        match check_compatibility(backend, spec, &placement) {
+            Ok(warnings) => return Ok((placement, warnings)),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.expect("at least one architecture"))
+}
+
+/// The GPU vendor of the model and the Ready nodes of that vendor matching
+/// its nodeSelector (and `gpu.arch`); `None` for a CPU model.
+fn candidates<'n>(
+    name: &str,
+    spec: &ModelSpec,
+    nodes: &'n [Node],
+) -> Result<Option<(Vendor, Vec<&'n Node>)>, PlacementError> {
     let wanted = spec.gpu_vendor();
     if spec.gpu_count() == 0 || wanted == GpuVendor::Cpu {
-        return Ok(Placement::cpu());
+        return Ok(None);
     }
     let matching: Vec<&Node> = nodes
         .iter()
@@ -200,17 +278,7 @@ pub fn detect(name: &str, spec: &ModelSpec, nodes: &[Node]) -> Result<Placement,
             }
         },
     };
-    let arch = nodes
-        .iter()
-        .map(|n| node_arch(n, vendor))
-        .find(|a| !a.is_empty())
-        .unwrap_or_default();
-    let vram_mb = nodes.iter().filter_map(|n| node_vram_mb(n)).max();
-    Ok(Placement {
-        vendor,
-        arch,
-        vram_mb,
-    })
+    Ok(Some((vendor, nodes)))
 }
 
 /// Checks that the backend runs on the placement and that the VRAM
@@ -352,6 +420,42 @@ mod tests {
             detect("m", &gpu_spec(GpuVendor::Auto), &amd).unwrap().arch,
             "gfx1100"
         );
+    }
+
+    /// A selection mixing GPU architectures: the model is placed on one
+    /// its backend runs on, whichever order the nodes are listed in, and
+    /// refused only when it runs on none of them.
+    #[test]
+    fn a_mixed_selection_is_placed_on_an_architecture_the_backend_runs_on() {
+        let gpu = |name: &str, arch: &str, vram: &str| {
+            node(
+                name,
+                NVIDIA_GPU_RESOURCE,
+                &[(labels::NODE_GPU_ARCH, arch), (labels::NODE_GPU_VRAM, vram)],
+            )
+        };
+        let old = gpu("a-old", "sm_52", "24Gi");
+        let new = gpu("b-new", "sm_89", "16Gi");
+        let spec = gpu_spec(GpuVendor::Nvidia);
+        let vllm = flexinfer_crds::backend::get("vllm").unwrap();
+        for nodes in [[old.clone(), new.clone()], [new.clone(), old.clone()]] {
+            let (p, _) = place("m", vllm, &spec, &nodes).unwrap();
+            assert_eq!((p.arch.as_str(), p.vram_mb), ("sm_89", Some(16_384)));
+        }
+        // llama.cpp runs on both: the first node's by name.
+        let llamacpp = flexinfer_crds::backend::get("llamacpp").unwrap();
+        let (p, _) = place("m", llamacpp, &spec, &[new.clone(), old.clone()]).unwrap();
+        assert_eq!((p.arch.as_str(), p.vram_mb), ("sm_52", Some(24_576)));
+        // Only Maxwell: refused as before.
+        let err = place("m", vllm, &spec, &[old]).unwrap_err();
+        assert_eq!(err.reason, reason::BACKEND_UNSUPPORTED);
+        assert!(err.message.contains("sm_52"), "{}", err.message);
+        // The estimate fits only the larger GPU, of an architecture vLLM
+        // does not run on.
+        let mut big = gpu_spec(GpuVendor::Nvidia);
+        big.gpu.as_mut().unwrap().vram_estimate_mb = Some(20_000);
+        let err = place("m", vllm, &big, &[gpu("a-old", "sm_52", "24Gi"), new]).unwrap_err();
+        assert_eq!(err.reason, reason::BACKEND_UNSUPPORTED);
     }
 
     #[test]

@@ -43,7 +43,9 @@ const LIST_WATCH: &[&str] = &["list", "watch"];
 ///   deleted (the cache outlives its Model).
 /// - A Model's pods are listed (readiness, KV-cache scraping, failed pods)
 ///   and its failed pods deleted.
-/// - Nodes are listed for GPU detection; the CRDs are read by name at
+/// - Nodes are watched for GPU detection (one Node cache shared by the
+///   Model and ModelDeployment reconciles; a list when it has not synced);
+///   the CRDs are read by name at
 ///   start-up; the Lease (leader election) is read, created and renewed
 ///   with `replace` (`update`), in the controllers' own namespace.
 /// - Federation: Clusters and FederatedModels are watched and re-read,
@@ -99,7 +101,7 @@ pub const CONTROLLER_GRANTS: &[Grant] = &[
         Scope::Watched,
         ("events.k8s.io", "events", &["create", "patch"]),
     ),
-    Grant::new(Scope::Cluster, ("", "nodes", &["list"])),
+    Grant::new(Scope::Cluster, ("", "nodes", LIST_WATCH)),
     Grant::new(
         Scope::Cluster,
         (

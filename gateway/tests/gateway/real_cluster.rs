@@ -1580,3 +1580,9 @@ async fn a_dotted_model_survives_a_backend_change_and_a_chart_upgrade() {
     assert!(refused.is_empty(), "refused: {refused:#?}");
     rel.uninstall(plane);
 }
+
+#[path = "real_cluster/placement.rs"]
+mod placement;
+
+#[path = "real_cluster/operator.rs"]
+mod operator;

@@ -129,13 +129,13 @@ reflectors on the reconciled and owned kinds. */}}
 {{- end }}
 {{- end }}
 
-{{/* Controllers: GPU detection lists Nodes; the start-up check reads the
-FlexInfer CRDs by name (REQUIRED_CRDS, the ModelCatalog CRD and, with
-federation, the federation CRDs). */}}
+{{/* Controllers: GPU detection watches Nodes (one Node cache); the
+start-up check reads the FlexInfer CRDs by name (REQUIRED_CRDS, the
+ModelCatalog CRD and, with federation, the federation CRDs). */}}
 {{- define "flexinfer.rules.operator.cluster" -}}
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   resourceNames:

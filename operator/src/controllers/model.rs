@@ -806,17 +806,13 @@ async fn place(
     model: &Model,
     backend: &'static Backend,
 ) -> Result<Result<Placement, placement::PlacementError>, Error> {
-    let placement = if model.spec.gpu_count() == 0 {
-        Placement::cpu()
+    let nodes = if model.spec.gpu_count() == 0 {
+        Vec::new()
     } else {
-        let nodes = ctx.nodes.nodes().await?;
-        match placement::detect(&model.name_any(), &model.spec, &nodes) {
-            Ok(p) => p,
-            Err(e) => return Ok(Err(e)),
-        }
+        ctx.nodes.nodes().await?
     };
-    match placement::check_compatibility(backend, &model.spec, &placement) {
-        Ok(warnings) => {
+    match placement::place(&model.name_any(), backend, &model.spec, &nodes) {
+        Ok((placement, warnings)) => {
             if model.phase().is_none() {
                 for w in warnings {
                     ctx.events

@@ -183,10 +183,8 @@ async fn reconcile_inner(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<
         }
     };
     let nodes = ctx.nodes.nodes().await?;
-    let placement = match placement::detect(&name, &spec, &nodes)
-        .and_then(|p| placement::check_compatibility(backend, &spec, &p).map(|_| p))
-    {
-        Ok(p) => p,
+    let placement = match placement::place(&name, backend, &spec, &nodes) {
+        Ok((p, _)) => p,
         Err(e) => return finish_failed(&ctx, &api, &md, status, conds, e.message).await,
     };
     let model_view = Model {

@@ -2,6 +2,9 @@
 //! runs the Pods bound to it as local processes, as `sim::kubelet` does
 //! for the in-memory server, but entirely through the API.
 //!
+//! - Its Node is registered Ready and without the `not-ready` taint the
+//!   API server's admission puts on a new Node (see
+//!   `lift_not_ready_taint`), so that a scheduler may place Pods on it.
 //! - Pods matching its label selector that name no node are bound to its
 //!   Node (`pods/binding`), as the default scheduler would, unless a
 //!   scheduler is to place them (`bind_unscheduled: false`).
@@ -108,6 +111,35 @@ async fn register_node(client: &kube::Client, config: &KubeletConfig) -> kube::R
             &PatchParams::default(),
             &Patch::Merge(&status),
         )
+        .await?;
+    lift_not_ready_taint(&nodes, &config.node).await
+}
+
+/// The taint the API server's `TaintNodesByCondition` admission puts on
+/// every new Node.
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// Removes [`NOT_READY_TAINT`] from the Node, as kube-controller-manager's
+/// node lifecycle controller does once the kubelet reports it Ready (that
+/// controller does not run here: it would mark Nodes without heartbeats
+/// unreachable). A scheduler refuses a Node that keeps it.
+async fn lift_not_ready_taint(
+    nodes: &Api<k8s_openapi::api::core::v1::Node>,
+    name: &str,
+) -> kube::Result<()> {
+    let node = nodes.get(name).await?;
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    let kept: Vec<_> = taints
+        .iter()
+        .filter(|t| t.key != NOT_READY_TAINT)
+        .cloned()
+        .collect();
+    if kept.len() == taints.len() {
+        return Ok(());
+    }
+    let patch = json!({"spec": {"taints": kept}});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
 }

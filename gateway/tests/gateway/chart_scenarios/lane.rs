@@ -309,6 +309,10 @@ impl Component {
                     "spec.serviceAccountName" => sa.into(),
                     other => panic!("downward-API field {other} of {name} not simulated"),
                 }
+            } else if e.get("valueFrom").is_none() {
+                // `value: ""`, which the API server stores without `value`
+                // (an omitted value is the empty string).
+                String::new()
             } else {
                 panic!("env {name} needs a Secret or ConfigMap the lane does not provide");
             };
