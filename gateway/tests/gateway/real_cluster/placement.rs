@@ -104,6 +104,8 @@ async fn start_nodes(plane: &ControlPlane, pool: &str, flags: &SimFlags) -> Vec<
                 capacity: json!({"cpu": "16", "memory": "64Gi",
                     "nvidia.com/gpu": "1", "pods": "110"}),
                 selector: MODEL_LABEL.to_owned(),
+                // Pods bound to its Node only, whichever namespace.
+                namespace: None,
                 bind_unscheduled: false,
                 runner: Arc::new(move |pod, ip| sim_process(pod, ip, &flags, &logs)),
                 network: Some(network.clone()),
