@@ -6,6 +6,8 @@
 //! (`FLEXINFER_REQUIRE_CONTROL_PLANE=1`). The chart scenarios run here
 //! too (`scenarios`, on `lane::RealLane`).
 
+#[path = "real_cluster/agent.rs"]
+mod agent;
 #[path = "real_cluster/lane.rs"]
 pub mod lane;
 #[path = "real_cluster/scenarios.rs"]

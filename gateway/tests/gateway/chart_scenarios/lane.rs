@@ -142,6 +142,9 @@ pub struct Component {
     ports: HashMap<u16, u16>,
     /// Mount path of a Secret volume -> the folder holding its files.
     mounts: Vec<(String, PathBuf)>,
+    /// The pod: its name and Node (`spec.nodeName`); a new name per start
+    /// when unset.
+    pod: Option<(String, String)>,
     child: Option<Child>,
 }
 
@@ -178,8 +181,15 @@ impl Component {
             log,
             ports,
             mounts: Vec::new(),
+            pod: None,
             child: None,
         })
+    }
+
+    /// Runs as Pod `pod` on Node `node` (what the downward API gives it),
+    /// e.g. a DaemonSet's pod created for one Node.
+    pub fn as_pod(&mut self, pod: &str, node: &str) {
+        self.pod = Some((pod.to_owned(), node.to_owned()));
     }
 
     /// Mounts the pod's Secret volumes as the kubelet would: each volume's
@@ -278,13 +288,16 @@ impl Component {
     /// the in-cluster configuration.
     fn command(&self) -> Command {
         let container = self.container();
-        let pod_name = format!(
-            "{}-{}",
-            self.deployment["metadata"]["name"]
-                .as_str()
-                .unwrap_or("pod"),
-            random_suffix()
-        );
+        let (pod_name, node) = self.pod.clone().unwrap_or_else(|| {
+            let name = format!(
+                "{}-{}",
+                self.deployment["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("pod"),
+                random_suffix()
+            );
+            (name, "node-1".to_owned())
+        });
         let namespace = self.deployment["metadata"]["namespace"]
             .as_str()
             .unwrap_or(NAMESPACE);
@@ -299,13 +312,17 @@ impl Component {
         for e in container["env"].as_array().into_iter().flatten() {
             let name = e["name"].as_str().unwrap_or_default();
             let value = if let Some(v) = e["value"].as_str() {
-                self.rewrite(v)
+                match v.parse::<u16>().ok().and_then(|p| self.ports.get(&p)) {
+                    // A port given alone (`..._PORT: "9100"`).
+                    Some(port) if name.ends_with("_PORT") => port.to_string(),
+                    _ => self.rewrite(v),
+                }
             } else if let Some(path) = e.pointer("/valueFrom/fieldRef/fieldPath") {
                 match path.as_str().unwrap_or_default() {
                     "metadata.namespace" => namespace.to_string(),
                     "metadata.name" => pod_name.clone(),
                     "status.podIP" | "status.hostIP" => "127.0.0.1".into(),
-                    "spec.nodeName" => "node-1".into(),
+                    "spec.nodeName" => node.clone(),
                     "spec.serviceAccountName" => sa.into(),
                     other => panic!("downward-API field {other} of {name} not simulated"),
                 }
@@ -414,6 +431,7 @@ fn binary_of(container: &Value) -> Option<&'static str> {
         (Some("gateway"), _) | (_, "flexinfer-gateway") => Some("flexinfer-gateway"),
         (_, "flexinfer-sched") => Some("flexinfer-sched"),
         (_, "flexinfer-operator") => Some("flexinfer-operator"),
+        (_, "flexinfer-agent") => Some("flexinfer-agent"),
         _ => None,
     }
 }
