@@ -714,24 +714,30 @@ async fn gpu_kubelet(
     .expect("kubelet")
 }
 
-/// The chart's gateway Deployment in `namespace`, as stored.
-fn gateway_deployment(plane: &ControlPlane, namespace: &str) -> Value {
-    let deployments: Value = serde_json::from_str(&kubectl(
+/// The stored workload of `resource` (`deployments`, `daemonsets`, ...) in
+/// `namespace` whose name ends with `suffix`.
+fn stored_workload(plane: &ControlPlane, namespace: &str, resource: &str, suffix: &str) -> Value {
+    let list: Value = serde_json::from_str(&kubectl(
         plane,
-        &["get", "deployments", "-n", namespace, "-o", "json"],
+        &["get", resource, "-n", namespace, "-o", "json"],
     ))
     .expect("JSON");
-    deployments["items"]
+    list["items"]
         .as_array()
         .into_iter()
         .flatten()
         .find(|d| {
             d["metadata"]["name"]
                 .as_str()
-                .is_some_and(|n| n.ends_with("flexinfer-proxy"))
+                .is_some_and(|n| n.ends_with(suffix))
         })
-        .expect("the gateway Deployment")
+        .unwrap_or_else(|| panic!("no {resource} named *{suffix} in {namespace}"))
         .clone()
+}
+
+/// The chart's gateway Deployment in `namespace`, as stored.
+fn gateway_deployment(plane: &ControlPlane, namespace: &str) -> Value {
+    stored_workload(plane, namespace, "deployments", "flexinfer-proxy")
 }
 
 /// The Secrets of `namespace`, read as an administrator (as the kubelet

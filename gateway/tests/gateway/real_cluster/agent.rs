@@ -5,28 +5,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{create, gpu_node, helm, kubectl, plane};
+use super::{create, gpu_node, helm, kubectl, plane, stored_workload};
 use crate::chart_scenarios::lane::Component;
-
-/// The chart's agent DaemonSet in `namespace`, as stored.
-fn agent_daemonset(plane: &flexinfer_testkube::real::ControlPlane, namespace: &str) -> Value {
-    let sets: Value = serde_json::from_str(&kubectl(
-        plane,
-        &["get", "daemonsets", "-n", namespace, "-o", "json"],
-    ))
-    .expect("JSON");
-    sets["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|d| {
-            d["metadata"]["name"]
-                .as_str()
-                .is_some_and(|n| n.ends_with("flexinfer-agent"))
-        })
-        .expect("the agent DaemonSet")
-        .clone()
-}
 
 /// The agent's pod on `node`, from the DaemonSet's template, as the
 /// DaemonSet controller (which does not run here) would create it.
@@ -63,7 +43,7 @@ async fn the_node_agent_labels_its_own_node_on_its_pod_bound_token() {
             "--create-namespace",
         ],
     );
-    let daemonset = agent_daemonset(plane, namespace);
+    let daemonset = stored_workload(plane, namespace, "daemonsets", "flexinfer-agent");
     let pod_name = format!(
         "{}-q7x2k",
         daemonset["metadata"]["name"].as_str().expect("name")
