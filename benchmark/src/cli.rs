@@ -273,6 +273,14 @@ pub struct RoutingArgs {
     #[arg(long)]
     pub no_sharing: bool,
 
+    /// Times a request is sent again when its connection failed before any
+    /// answer came back (a replica that died, a keep-alive connection it
+    /// had closed), each time to the next replica: as the official OpenAI
+    /// SDKs do by default (`max_retries=2`). 0 counts every such request as
+    /// failed. A stream cut after its answer began is never sent again.
+    #[arg(long, default_value_t = 2)]
+    pub client_retries: u32,
+
     /// With --replicas above 1: kill the last replica (SIGKILL) this long
     /// after the requests start (e.g. 10s). The client takes it out of its
     /// rotation after a connection to it fails and sends that request to

@@ -343,6 +343,7 @@ async fn run_routing(args: &RoutingArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         seed: args.seed,
         timeout: args.timeout,
+        client_retries: args.client_retries,
         local,
     };
     // An interrupt drops the run, and with it every process it started.

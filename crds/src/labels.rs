@@ -107,7 +107,8 @@ pub const COMPONENT_RUNTIME: &str = "flexinfer-runtime";
 pub const ROUTING: &str = "flexinfer.ai/routing";
 /// Model annotation: knobs of `cache-aware` routing as comma-separated
 /// `key=value` pairs (`prefixWeight`, `loadWeight`, `kvWeight`, `blockSize`,
-/// `blocksPerEndpoint`, `loadBoundFloor`), as the model file's `cacheAware`.
+/// `blocksPerEndpoint`, `loadBoundFloor`, `matchThreshold`), as the model
+/// file's `cacheAware`.
 pub const CACHE_AWARE: &str = "flexinfer.ai/cache-aware";
 /// Model annotation: requests each endpoint serves at once (a positive
 /// integer); more wait in the gateway's queue by priority and tenant.

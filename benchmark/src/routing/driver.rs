@@ -101,6 +101,9 @@ pub struct DriveSpec {
     pub model: String,
     /// `max_tokens` sent.
     pub max_tokens: u32,
+    /// Times a request whose connection failed before any answer is sent
+    /// again (to the next replica; the oracle's pods too).
+    pub client_retries: u32,
     /// The gateway replicas' liveness, shared with a fault controller.
     pub endpoints: Arc<Endpoints>,
 }
@@ -119,6 +122,8 @@ pub struct DriveResult {
     /// Per sample, the gateway replica that got it (`None`: the oracle, or
     /// no connection at all).
     pub replicas: Vec<Option<usize>>,
+    /// Requests sent again after their connection failed before any answer.
+    pub retried: u64,
 }
 
 /// The answer of `POST /sim/prefix-match`.
@@ -160,6 +165,7 @@ struct Shared {
     sent: Vec<AtomicU64>,
     rotation: AtomicUsize,
     oracle_errors: AtomicU64,
+    retried: AtomicU64,
 }
 
 impl Shared {
@@ -195,6 +201,7 @@ pub async fn drive(route: Route, generator: Generator, spec: DriveSpec) -> Drive
         sent: (0..pods).map(|_| AtomicU64::new(0)).collect(),
         rotation: AtomicUsize::new(0),
         oracle_errors: AtomicU64::new(0),
+        retried: AtomicU64::new(0),
     });
     let route = Arc::new(route);
     let spec = Arc::new(spec);
@@ -215,6 +222,7 @@ pub async fn drive(route: Route, generator: Generator, spec: DriveSpec) -> Drive
     served.sort_by_key(|(s, _): &(Sample, Option<usize>)| s.started);
     (result.samples, result.replicas) = served.into_iter().unzip();
     result.oracle_errors = shared.oracle_errors.load(Ordering::Relaxed);
+    result.retried = shared.retried.load(Ordering::Relaxed);
     result.oracle_sent = shared
         .sent
         .iter()
@@ -242,16 +250,26 @@ async fn worker(route: &Route, spec: &DriveSpec, shared: &Shared) -> Vec<(Sample
                 break 'conversations;
             }
             let sent_at = shared.started.elapsed();
-            let outcome = turn_once(
-                route,
-                spec,
-                shared,
-                &mut connections,
-                &conversation,
-                turn,
-                &answers,
-            )
-            .await;
+            let mut retries_left = spec.client_retries;
+            let outcome = loop {
+                let outcome = turn_once(
+                    route,
+                    spec,
+                    shared,
+                    &mut connections,
+                    &conversation,
+                    turn,
+                    &answers,
+                )
+                .await;
+                match &outcome {
+                    Ok((_, Err(class), _, _)) if retries_left > 0 && unanswered(class) => {
+                        retries_left -= 1;
+                        shared.retried.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => break outcome,
+                }
+            };
             let (latency, outcome, answer, replica) = match outcome {
                 Ok(done) => done,
                 Err(class) => {
@@ -266,6 +284,12 @@ async fn worker(route: &Route, spec: &DriveSpec, shared: &Shared) -> Vec<(Sample
                 }
             };
             let failed = outcome.is_err();
+            // A request sent again took, for its client, the time since the
+            // first try.
+            let latency = match retries_left < spec.client_retries {
+                true => shared.started.elapsed() - sent_at,
+                false => latency,
+            };
             let sample = Sample {
                 started: sent_at,
                 latency,
@@ -377,6 +401,12 @@ async fn turn_once(
         connections[index] = None;
     }
     Ok((latency, outcome, answer, (!oracle).then_some(index)))
+}
+
+/// Whether a failure came before any answer: the connection was closed or
+/// failed while the request was being sent (what a client may send again).
+fn unanswered(class: &str) -> bool {
+    matches!(class, "send" | "connection_closed")
 }
 
 /// The open connection in `slot`, opening one when there is none.

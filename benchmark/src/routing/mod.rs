@@ -152,6 +152,9 @@ pub struct RoutingSpec {
     pub seed: u64,
     /// Per-request limit.
     pub timeout: Duration,
+    /// Times a request whose connection failed before any answer is sent
+    /// again, to the next replica.
+    pub client_retries: u32,
     /// `--local`: pods, strategies and binaries.
     pub local: Option<LocalSpec>,
 }
@@ -202,6 +205,7 @@ impl RoutingSpec {
             max_tokens: self.max_tokens,
             seed: self.seed,
             timeout_s: self.timeout.as_secs_f64(),
+            client_retries: self.client_retries,
             pod_metrics: self.pod_metrics.clone(),
             local: self.local.as_ref().map(|l| LocalSettings {
                 pods: l.pods,
@@ -222,6 +226,7 @@ impl RoutingSpec {
             timeout: self.timeout,
             model: self.model.clone(),
             max_tokens: self.max_tokens,
+            client_retries: self.client_retries,
             endpoints,
         }
     }

@@ -63,6 +63,9 @@ pub struct Settings {
     pub seed: u64,
     /// Per-request limit, seconds.
     pub timeout_s: f64,
+    /// Times a request whose connection failed before any answer is sent
+    /// again.
+    pub client_retries: u32,
     /// Pods whose /metrics were scraped (`url` mode).
     pub pod_metrics: Vec<String>,
     /// The local topology (`local` mode).
@@ -143,6 +146,9 @@ pub struct StrategyReport {
     pub imbalance: Option<f64>,
     /// Oracle lookups (`POST /sim/prefix-match`) that failed.
     pub oracle_errors: u64,
+    /// Requests sent again after their connection failed before any answer
+    /// (`--client-retries`); not among `failed` when a retry was served.
+    pub retried: u64,
     /// Per pod: finished requests and prefix-cache counters over the run.
     pub pods: Vec<PodDelta>,
     /// Gateway replicas measured (0 for the oracle and `url` mode).
@@ -236,6 +242,7 @@ impl StrategyReport {
             latency_ms: stats::summarize(&mut latency),
             imbalance: metrics::imbalance(&pods),
             oracle_errors: result.oracle_errors,
+            retried: result.retried,
             pods,
             replicas: 0,
             router_cpu_us_per_request: None,
@@ -410,6 +417,13 @@ impl RoutingReport {
                 let list: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 let _ = writeln!(out, "errors of {}: {}", r.strategy, list.join(" "));
             }
+            if r.retried > 0 {
+                let _ = writeln!(
+                    out,
+                    "{}: {} requests sent again after their connection failed before any answer",
+                    r.strategy, r.retried
+                );
+            }
             if r.oracle_errors > 0 {
                 let _ = writeln!(
                     out,
@@ -489,6 +503,7 @@ mod tests {
             max_tokens: 16,
             seed: 1,
             timeout_s: 180.0,
+            client_retries: 2,
             pod_metrics: Vec::new(),
             local: None,
         }

@@ -178,6 +178,10 @@ pub struct CacheAwareSpec {
     /// prefix elsewhere (default 4).
     #[serde(default)]
     pub load_bound_floor: Option<usize>,
+    /// Share of the prompt a pod must hold for the longest cached prefix to
+    /// decide the pick (default 0.3; 1 turns the rule off).
+    #[serde(default)]
+    pub match_threshold: Option<f64>,
 }
 
 impl CacheAwareSpec {
@@ -191,6 +195,7 @@ impl CacheAwareSpec {
             block_size: self.block_size.unwrap_or(d.block_size),
             blocks_per_endpoint: self.blocks_per_endpoint.or(d.blocks_per_endpoint),
             load_bound_floor: self.load_bound_floor.unwrap_or(d.load_bound_floor),
+            match_threshold: self.match_threshold.unwrap_or(d.match_threshold),
         }
     }
 }

@@ -1,6 +1,26 @@
-//! Cache-aware routing: every ready endpoint of the model is scored by how
-//! much of the prompt it probably holds in its prefix cache and by how busy
-//! it is, and the best one serves the request.
+//! Cache-aware routing: each request goes to an endpoint that probably
+//! holds a long prefix of its prompt in its prefix cache, unless that
+//! endpoint is too busy.
+//!
+//! Endpoints over the bounded-load limit (the CHWBL bound of
+//! [`RoutingOptions`](super::RoutingOptions), [`CACHE_AWARE_BOUNDED_LOAD_FACTOR`]
+//! unless the model sets one, never below
+//! [`CacheAwareOptions::load_bound_floor`]) are passed over while another
+//! is within it, so a hot prefix overflows to the next endpoint (which then
+//! caches it too) instead of melting one pod. Among the others:
+//!
+//! 1. when one holds more than [`CacheAwareOptions::match_threshold`] of the
+//!    prompt (as SGLang's `cache_aware` policy, with its cache threshold),
+//!    one of the endpoints holding the longest prefix serves it;
+//! 2. otherwise the prompt is placed on one of the endpoints whose index
+//!    holds the fewest blocks, where it evicts least (as SGLang places one
+//!    on its smallest tree).
+//!
+//! Among the equals of either case a rendezvous hash of the prompt's first
+//! block chooses, the same on every gateway replica whatever its own load,
+//! and an endpoint with the requested LoRA adapter loaded comes first. With
+//! the threshold at 1, and for requests without prompt text, a score
+//! decides instead (equal scores: adapter, fewest blocks held, rotation):
 //!
 //! ```text
 //! score = prefix_weight × (leading prompt blocks the endpoint holds ÷ prompt blocks)
@@ -10,22 +30,29 @@
 //!             requests the engine reports running + waiting)
 //! ```
 //!
-//! Endpoints over the bounded-load limit (the CHWBL bound of
-//! [`RoutingOptions`](super::RoutingOptions), [`DEFAULT_BOUNDED_LOAD_FACTOR`]
-//! unless the model sets one, never below
-//! [`CacheAwareOptions::load_bound_floor`]) are passed over while another
-//! is within it,
-//! so a hot prefix spills to the next best endpoint (which then caches it
-//! too) instead of melting one pod. Equal scores go to an endpoint that has
-//! the requested LoRA adapter loaded, then to the one whose index holds the
-//! fewest blocks (least cache pressure; replicas sharing their indexes
-//! agree on it), then rotate. A request that names a
-//! session (`X-Session-ID`, `X-Conversation-ID`, body `session_id`) keeps to
-//! its session's pod on the hash ring, as session affinity does.
+//! A request that names a session (`X-Session-ID`, `X-Conversation-ID`,
+//! body `session_id`) keeps to its session's pod on the hash ring, as
+//! session affinity does.
 
 use super::endpoints::EndpointSet;
 use super::prefix_index::DEFAULT_BLOCKS_PER_ENDPOINT;
 use super::{RoutingOptions, DEFAULT_BLOCK_SIZE, DEFAULT_BOUNDED_LOAD_FACTOR};
+
+/// The bounded-load factor of cache-aware picks when the model sets none:
+/// a pod may hold 1.6 times its share of the requests in flight before its
+/// cached prefixes overflow elsewhere, which keeps the pod of a tenant
+/// sending half the traffic under twice the mean. Looser than the hash
+/// strategies' [`DEFAULT_BOUNDED_LOAD_FACTOR`], because a cache-aware
+/// overflow costs a prefill.
+pub const CACHE_AWARE_BOUNDED_LOAD_FACTOR: f64 = 1.6;
+
+/// How many times the engine's own KV cache the index remembers per
+/// endpoint. An engine evicts a prefix that goes unused for a while; the
+/// index keeps where it went for longer, so the prefix's next request goes
+/// back to that endpoint (a miss either way, but it evicts nothing
+/// elsewhere) instead of being placed anew on an endpoint that holds other
+/// prefixes.
+pub const INDEX_MEMORY_FACTOR: u64 = 2;
 
 /// Per-model weights and sizes of cache-aware routing.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -38,21 +65,25 @@ pub struct CacheAwareOptions {
     pub kv_weight: f64,
     /// Tokens per block (the engine's block size).
     pub block_size: usize,
-    /// Blocks remembered per endpoint. `None`: as many as the engine
-    /// reports its KV cache holds (`vllm:cache_config_info`,
-    /// `sglang:max_total_num_tokens`), else
+    /// Blocks remembered per endpoint. `None`: [`INDEX_MEMORY_FACTOR`] times
+    /// as many as the engine reports its KV cache holds
+    /// (`vllm:cache_config_info`, `sglang:max_total_num_tokens`), else
     /// [`DEFAULT_BLOCKS_PER_ENDPOINT`].
     pub blocks_per_endpoint: Option<usize>,
     /// Requests in flight a pod may always hold before the load bound
     /// passes it over: at low traffic the bound (which scales with the
     /// total) would otherwise scatter a tenant's few requests.
     pub load_bound_floor: usize,
+    /// Share of the prompt (0..1) an endpoint must hold for the longest
+    /// cached prefix to decide the pick; below it the prompt is placed
+    /// where the index holds least. 1 turns both rules off for the
+    /// weighted score.
+    pub match_threshold: f64,
 }
 
 impl Default for CacheAwareOptions {
-    /// Prefix 2, load 1, KV use 0.5, blocks as the engine reports: a pod holding more than half of the
-    /// prompt wins over an idle one that holds nothing, unless it is the
-    /// busiest by far or over the load bound.
+    /// Match threshold 0.3 (SGLang's default cache threshold); score
+    /// weights prefix 2, load 1, KV use 0.5; blocks as the engine reports.
     fn default() -> Self {
         Self {
             prefix_weight: 2.0,
@@ -61,6 +92,7 @@ impl Default for CacheAwareOptions {
             block_size: DEFAULT_BLOCK_SIZE,
             blocks_per_endpoint: None,
             load_bound_floor: 4,
+            match_threshold: 0.3,
         }
     }
 }
@@ -71,7 +103,8 @@ impl CacheAwareOptions {
     pub fn capacity(&self, engine_tokens: Option<u64>) -> usize {
         self.blocks_per_endpoint
             .or_else(|| {
-                let blocks = engine_tokens? / self.block_size.max(1) as u64;
+                let blocks = INDEX_MEMORY_FACTOR
+                    .saturating_mul(engine_tokens? / self.block_size.max(1) as u64);
                 (blocks > 0).then(|| usize::try_from(blocks).unwrap_or(usize::MAX))
             })
             .unwrap_or(DEFAULT_BLOCKS_PER_ENDPOINT)
@@ -94,6 +127,12 @@ impl CacheAwareOptions {
             return Err(format!(
                 "cacheAware.blockSize must be between 1 and 1024 tokens, got {}",
                 self.block_size
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.match_threshold) {
+            return Err(format!(
+                "cacheAware.matchThreshold must be between 0 and 1, got {}",
+                self.match_threshold
             ));
         }
         if self.blocks_per_endpoint == Some(0) {
@@ -130,10 +169,13 @@ impl std::str::FromStr for CacheAwareOptions {
                 "loadBoundFloor" => {
                     opts.load_bound_floor = value.parse().map_err(|_| number("a count"))?;
                 }
+                "matchThreshold" => {
+                    opts.match_threshold = value.parse().map_err(|_| number("a number"))?;
+                }
                 _ => {
                     return Err(format!(
                         "unknown key {key:?}: expected prefixWeight, loadWeight, kvWeight, \
-                         blockSize, blocksPerEndpoint or loadBoundFloor"
+                         blockSize, blocksPerEndpoint, loadBoundFloor or matchThreshold"
                     ))
                 }
             }
@@ -188,6 +230,9 @@ struct Candidate {
     load: f64,
     kv: f64,
     within_bound: bool,
+    /// Blocks the endpoint's index holds (filled only when placing a
+    /// prompt no endpoint holds enough of).
+    held: usize,
 }
 
 impl EndpointSet {
@@ -211,7 +256,7 @@ impl EndpointSet {
         }
         let weights = &opts.cache_aware;
         let n = self.len();
-        let factor = opts.bounded_load.unwrap_or(DEFAULT_BOUNDED_LOAD_FACTOR);
+        let factor = opts.bounded_load.unwrap_or(CACHE_AWARE_BOUNDED_LOAD_FACTOR);
         let bound = RoutingOptions::with_bounded_load(factor)
             .load_bound(self.total_in_flight(), n)
             .map(|b| b.max(weights.load_bound_floor));
@@ -233,6 +278,7 @@ impl EndpointSet {
                 load: in_flight.max(queued) as f64,
                 kv: engine.map_or(0.0, |v| v.kv_usage),
                 within_bound: bound.is_none_or(|b| in_flight <= b),
+                held: 0,
             });
         }
         if candidates.is_empty() {
@@ -240,6 +286,60 @@ impl EndpointSet {
         }
         let max_load = candidates.iter().map(|c| c.load).fold(1.0, f64::max);
         let any_within = candidates.iter().any(|c| c.within_bound);
+        let eligible = |c: &Candidate| c.within_bound || !any_within;
+        // The longest prefix among the eligible decides when it is long
+        // enough (shares are whole blocks: half a block absorbs rounding).
+        let longest_eligible = candidates
+            .iter()
+            .filter(|c| eligible(c))
+            .map(|c| c.share)
+            .fold(0.0, f64::max);
+        let long_match = longest_eligible > weights.match_threshold;
+        let min_share = if long_match {
+            longest_eligible - 0.5 / prompt_blocks
+        } else {
+            f64::NEG_INFINITY
+        };
+        // With the threshold rule on, a prompt goes to one endpoint among
+        // equals chosen by a rendezvous hash of its first block, the same on
+        // every gateway replica whatever its own load:
+        // - equals are the eligible endpoints holding its longest prefix,
+        //   when that is long enough: the prefix keeps to one of them until
+        //   it is over the bound, then overflows to the next;
+        // - otherwise, the eligible endpoints whose index holds the fewest
+        //   blocks, where a new prefix evicts least (as SGLang places one on
+        //   its smallest tree); prompts arriving at once spread over them.
+        // With the rule off (1), or without a prompt, the score decides.
+        let hashed = weights.match_threshold < 1.0 && !request.blocks.is_empty();
+        let most_held = if !hashed || long_match {
+            usize::MAX
+        } else {
+            let held = self
+                .prefix_index()
+                .held_counts(candidates.iter().map(|c| self.upstream(c.idx).addr));
+            for (c, h) in candidates.iter_mut().zip(held) {
+                c.held = h;
+            }
+            candidates
+                .iter()
+                .filter(|c| eligible(c))
+                .map(|c| c.held)
+                .min()
+                .unwrap_or(usize::MAX)
+        };
+        // Among those, a new prefix skips the pods more than one request
+        // busier than their mean, so that prompts sharing nothing (every
+        // index equally full) are still spread by load, while the small
+        // differences between replicas' own counts do not split a tenant.
+        let placing_load = if most_held == usize::MAX {
+            f64::INFINITY
+        } else {
+            let (sum, count) = candidates
+                .iter()
+                .filter(|c| eligible(c) && c.held == most_held)
+                .fold((0.0, 0.0), |(s, n), c| (s + c.load, n + 1.0));
+            sum / f64::max(count, 1.0) + 1.0
+        };
         let score = |c: &Candidate| {
             weights.prefix_weight * c.share
                 - weights.load_weight * c.load / max_load
@@ -249,10 +349,10 @@ impl EndpointSet {
         let mut best = f64::NEG_INFINITY;
         let mut ties: Vec<usize> = Vec::new();
         for (pos, c) in candidates.iter().enumerate() {
-            if any_within && !c.within_bound {
+            if !eligible(c) || c.share < min_share || c.held > most_held || c.load > placing_load {
                 continue;
             }
-            let s = score(c);
+            let s = if hashed { 0.0 } else { score(c) };
             if s > best + 1e-9 {
                 best = s;
                 ties.clear();
@@ -274,7 +374,7 @@ impl EndpointSet {
                 ties = with_adapter;
             }
         }
-        if ties.len() > 1 {
+        if ties.len() > 1 && !hashed {
             // The endpoint holding the fewest blocks: the least cache
             // pressure, and a picture replicas sharing their indexes agree
             // on, where their own rotations would not.
@@ -290,7 +390,15 @@ impl EndpointSet {
                 .map(|(&pos, _)| pos)
                 .collect();
         }
-        let chosen = &candidates[ties[self.tick() % ties.len()]];
+        let chosen = if hashed {
+            let root = request.blocks[0];
+            ties.iter()
+                .map(|&pos| &candidates[pos])
+                .max_by_key(|c| rendezvous(root, self.upstream(c.idx).addr))
+                .unwrap_or(&candidates[ties[0]])
+        } else {
+            &candidates[ties[self.tick() % ties.len()]]
+        };
         let longest = candidates.iter().map(|c| c.share).fold(0.0, f64::max);
         let decision = if request.blocks.is_empty() {
             Decision::Fallback
@@ -301,6 +409,18 @@ impl EndpointSet {
         };
         Some((chosen.idx, decision))
     }
+}
+
+/// The rendezvous (highest random weight) hash of a prompt's first block on
+/// an endpoint: every gateway computes the same one.
+fn rendezvous(root: u64, addr: std::net::SocketAddr) -> u64 {
+    let mut key = [0u8; 18];
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) => key[..4].copy_from_slice(&ip.octets()),
+        std::net::IpAddr::V6(ip) => key[..16].copy_from_slice(&ip.octets()),
+    }
+    key[16..].copy_from_slice(&addr.port().to_be_bytes());
+    xxhash_rust::xxh3::xxh3_64_with_seed(&key, root)
 }
 
 #[cfg(test)]
@@ -357,15 +477,32 @@ mod tests {
     }
 
     #[test]
-    fn load_decides_between_equal_prefixes_and_the_engine_queue_counts() {
-        let set = EndpointSet::new(pods(2));
+    fn equal_holders_keep_a_prefix_on_one_until_it_is_over_the_bound() {
+        let set = EndpointSet::new(pods(4));
         let blocks = prompt("alpha ", "x");
-        set.prefix_index()
-            .record(set.upstream(0).addr, blocks.hashes(), 1000);
-        set.prefix_index()
-            .record(set.upstream(1).addr, blocks.hashes(), 1000);
+        for pod in [0, 1] {
+            set.prefix_index()
+                .record(set.upstream(pod).addr, blocks.hashes(), 1000);
+        }
+        let (first, why) = pick(&set, &blocks);
+        assert!(first < 2);
+        assert_eq!(why, Decision::PrefixHit);
+        // Busier than the other holder, yet within the bound: it keeps the
+        // prefix (whatever the rotation). Over it, the other holder serves.
+        let mut busy: Vec<_> = (0..3).map(|_| set.track(first)).collect();
+        for _ in 0..4 {
+            assert_eq!(pick(&set, &blocks), (first, Decision::PrefixHit));
+        }
+        busy.extend((0..2).map(|_| set.track(first)));
+        assert_eq!(pick(&set, &blocks), (1 - first, Decision::PrefixHit));
+    }
+
+    #[test]
+    fn load_and_engine_queues_place_a_request_without_prompt_text() {
+        let set = EndpointSet::new(pods(2));
+        let none = PromptBlocks::default();
         let _busy = set.track(0);
-        assert_eq!(pick(&set, &blocks).0, 1);
+        assert_eq!(pick(&set, &none), (1, Decision::Fallback));
         drop(_busy);
         // The gateway sends nothing to pod 1, but its engine reports a queue
         // (other gateways' requests).
@@ -375,7 +512,7 @@ mod tests {
             ..LoadReading::default()
         };
         set.backend_load(1).store(&queued, Duration::from_secs(60));
-        assert_eq!(pick(&set, &blocks).0, 0);
+        assert_eq!(pick(&set, &none), (0, Decision::Fallback));
     }
 
     #[test]
@@ -383,13 +520,123 @@ mod tests {
         let set = EndpointSet::new(pods(4));
         let blocks = prompt("hot ", "x");
         let (home, _) = pick(&set, &blocks);
-        // Bound: ceil(1.25 × (total + 1) / 4), at least the floor of 4.
+        // Bound: ceil(1.6 × (total + 1) / 4), at least the floor of 4.
         let guards: Vec<_> = (0..5).map(|_| set.track(home)).collect();
         let (spilled, why) = pick(&set, &blocks);
         assert_ne!(spilled, home);
         assert_eq!(why, Decision::Load);
         drop(guards);
+        // Both now hold the prompt, and one of them keeps it.
+        let (kept, why) = pick(&set, &blocks);
+        assert!(kept == home || kept == spilled);
+        assert_eq!(why, Decision::PrefixHit);
+        assert_eq!(pick(&set, &blocks).0, kept);
+    }
+
+    #[test]
+    fn a_long_cached_prefix_keeps_its_requests_until_the_load_bound() {
+        let set = EndpointSet::new(pods(4));
+        let blocks = prompt("hot ", "x");
+        let (home, _) = pick(&set, &blocks);
+        // Busier than every other pod, yet within the bound: ceil(1.6 ×
+        // (total + 1) / 4) with 4 in flight on the home pod and 1 on each
+        // other is 4 (the floor), and 4 stays; with 6 on the home pod it is
+        // 4 again, and 6 is over it.
+        let others: Vec<_> = (0..4)
+            .filter(|&i| i != home)
+            .map(|i| set.track(i))
+            .collect();
+        let mut busy: Vec<_> = (0..4).map(|_| set.track(home)).collect();
         assert_eq!(pick(&set, &blocks), (home, Decision::PrefixHit));
+        busy.extend((0..2).map(|_| set.track(home)));
+        let (spilled, why) = pick(&set, &blocks);
+        assert_ne!(spilled, home);
+        assert_eq!(why, Decision::Load);
+        drop((busy, others));
+    }
+
+    #[test]
+    fn a_prefix_over_the_match_threshold_beats_an_idle_pod() {
+        // Pod 0 holds the first `held` blocks of the prompt and has 3
+        // requests in flight; pod 1 holds nothing and is idle. (A pick
+        // records the whole prompt on its pod, so each case starts afresh.)
+        let blocks = prompt("alpha ", "x");
+        let request = CacheAwareRequest {
+            blocks: blocks.hashes(),
+            ..CacheAwareRequest::default()
+        };
+        let pick_with = |held: usize, opts: &RoutingOptions| {
+            let set = EndpointSet::new(pods(2));
+            set.prefix_index()
+                .record(set.upstream(0).addr, &blocks.hashes()[..held], 1000);
+            let _busy: Vec<_> = (0..3).map(|_| set.track(0)).collect();
+            let (idx, _g, why) = set.pick_cache_aware(&request, opts, &[]).unwrap();
+            (idx, why)
+        };
+        let forty_percent = blocks.hashes().len() * 2 / 5;
+        // The weighted score alone (2 × 0.4 − 1 against 0) would pick pod 1.
+        assert_eq!(pick_with(forty_percent, &opts()), (0, Decision::PrefixHit));
+        // Under the threshold, or with the rule off, the score decides.
+        assert_eq!(pick_with(forty_percent / 2, &opts()), (1, Decision::Load));
+        let off = RoutingOptions {
+            cache_aware: CacheAwareOptions {
+                match_threshold: 1.0,
+                ..CacheAwareOptions::default()
+            },
+            ..RoutingOptions::default()
+        };
+        assert_eq!(pick_with(forty_percent, &off), (1, Decision::Load));
+    }
+
+    #[test]
+    fn a_new_prefix_goes_where_the_index_holds_least_even_when_busier() {
+        let set = EndpointSet::new(pods(3));
+        // Pods 0 and 1 hold a tenant each and are idle; pod 2 holds nothing
+        // and has two requests in flight.
+        for (pod, tenant) in [(0, "alpha "), (1, "beta ")] {
+            set.prefix_index()
+                .record(set.upstream(pod).addr, prompt(tenant, "x").hashes(), 1000);
+        }
+        let _busy = [set.track(2), set.track(2)];
+        assert_eq!(pick(&set, &prompt("gamma ", "x")), (2, Decision::Load));
+        // Over the load bound it is passed over like any other.
+        let _more: Vec<_> = (0..4).map(|_| set.track(2)).collect();
+        assert_ne!(pick(&set, &prompt("delta ", "x")).0, 2);
+    }
+
+    #[test]
+    fn replicas_place_new_prefixes_alike_whatever_their_own_load() {
+        // Two gateways over the same pods, each with its own requests in
+        // flight, place the same new prompt on the same pod; four tenants
+        // arriving one after another take four pods.
+        let (a, b) = (EndpointSet::new(pods(4)), EndpointSet::new(pods(4)));
+        let _a_busy = [a.track(0), a.track(1)];
+        let _b_busy = [b.track(2), b.track(3)];
+        let tenants = ["alpha ", "beta ", "gamma ", "delta "];
+        let placed: Vec<usize> = tenants
+            .iter()
+            .map(|t| {
+                let (on_a, why) = pick(&a, &prompt(t, "x"));
+                assert_eq!(why, Decision::Load);
+                assert_eq!(pick(&b, &prompt(t, "x")).0, on_a, "{t}");
+                on_a
+            })
+            .collect();
+        let distinct: std::collections::HashSet<_> = placed.iter().collect();
+        assert_eq!(distinct.len(), 4, "{placed:?}");
+    }
+
+    #[test]
+    fn new_prefixes_skip_a_pod_well_above_the_mean_load() {
+        // Nothing is shared, so every index holds as much; pod 0 has three
+        // requests in flight (mean 1.5): every new prompt goes to pod 1.
+        let set = EndpointSet::new(pods(2));
+        let _busy: Vec<_> = (0..3).map(|_| set.track(0)).collect();
+        for i in 0..8 {
+            let blocks = prompt(&format!("tenant{i} "), "x");
+            set.prefix_index().retain(|_| false);
+            assert_eq!(pick(&set, &blocks), (1, Decision::Load), "{i}");
+        }
     }
 
     #[test]
@@ -482,10 +729,10 @@ mod tests {
     }
 
     #[test]
-    fn the_index_holds_as_much_as_the_engine_says_it_caches() {
+    fn the_index_remembers_twice_what_the_engine_says_it_caches() {
         let auto = CacheAwareOptions::default();
         assert_eq!(auto.capacity(None), DEFAULT_BLOCKS_PER_ENDPOINT);
-        assert_eq!(auto.capacity(Some(3_200)), 200);
+        assert_eq!(auto.capacity(Some(3_200)), 400);
         assert_eq!(auto.capacity(Some(3)), DEFAULT_BLOCKS_PER_ENDPOINT);
         let fixed = CacheAwareOptions {
             blocks_per_endpoint: Some(50),
@@ -496,9 +743,11 @@ mod tests {
 
     #[test]
     fn options_parse_from_an_annotation() {
-        let opts: CacheAwareOptions = " prefixWeight=3, blockSize=32 ,blocksPerEndpoint=100"
-            .parse()
-            .unwrap();
+        let opts: CacheAwareOptions =
+            " prefixWeight=3, blockSize=32 ,blocksPerEndpoint=100,matchThreshold=0.5"
+                .parse()
+                .unwrap();
+        assert_eq!(opts.match_threshold, 0.5);
         assert_eq!(opts.prefix_weight, 3.0);
         assert_eq!(opts.block_size, 32);
         assert_eq!(opts.blocks_per_endpoint, Some(100));
@@ -513,6 +762,8 @@ mod tests {
             "speed=3",
             "blockSize=0",
             "kvWeight=-1",
+            "matchThreshold=1.5",
+            "matchThreshold=-0.1",
         ] {
             assert!(bad.parse::<CacheAwareOptions>().is_err(), "{bad}");
         }

@@ -38,7 +38,9 @@ mod text;
 mod upstream;
 
 pub use blocks::{salt_seed, PromptBlocks, BYTES_PER_TOKEN, DEFAULT_BLOCK_SIZE, MAX_PROMPT_BLOCKS};
-pub use cache_aware::{CacheAwareOptions, CacheAwareRequest, Decision};
+pub use cache_aware::{
+    CacheAwareOptions, CacheAwareRequest, Decision, CACHE_AWARE_BOUNDED_LOAD_FACTOR,
+};
 
 pub use endpoints::{EndpointSet, InFlight, Upstream, MAX_ENDPOINTS, VIRTUAL_NODES_PER_ENDPOINT};
 pub use keys::{
