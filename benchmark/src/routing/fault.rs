@@ -108,9 +108,6 @@ pub struct FaultReport {
     /// Requests whose connection to a replica failed and that another
     /// replica served.
     pub failovers: u64,
-    /// Requests sent again (`--client-retries`) after their connection
-    /// failed before any answer.
-    pub retried_requests: u64,
     /// Seconds from the start until the restarted replica answered.
     pub restarted_at_s: Option<f64>,
     /// Why the kill or the restart failed.
@@ -191,7 +188,6 @@ impl FaultReport {
             in_flight_at_kill: log.in_flight_at_kill,
             failed_requests: failed,
             failovers,
-            retried_requests: result.retried,
             restarted_at_s: log.ready_at.map(|d| d.as_secs_f64()),
             error: log.error.clone(),
             windows,
@@ -206,13 +202,12 @@ impl FaultReport {
         let pct = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.1}%", v * 100.0));
         let secs = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}s"));
         let mut out = format!(
-            "replica {} killed at {}: {} in flight on it, {} failed requests in the run, {} sent elsewhere after a connection failure, {} sent again after a connection failed before any answer; restarted and ready at {}{}\n",
+            "replica {} killed at {}: {} in flight on it, {} failed requests in the run, {} sent elsewhere after a connection failure; restarted and ready at {}{}\n",
             self.replica,
             secs(self.killed_at_s),
             self.in_flight_at_kill,
             self.failed_requests,
             self.failovers,
-            self.retried_requests,
             secs(self.restarted_at_s),
             self.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default(),
         );
