@@ -3,11 +3,16 @@
 //! touched them. A batch of recent records and a whole snapshot share it.
 //!
 //! ```text
-//! body     = "FXP1" models:varint model*
+//! body     = "FXP2" models:varint model*
 //! model    = name_len:varint name:utf8 endpoints:varint endpoint*
-//! endpoint = addr blocks:varint hash:u64le*
+//! endpoint = addr picks:varint blocks:varint hash:u64le*
 //! addr     = 4 ipv4:4 port:u16be | 6 ipv6:16 port:u16be
 //! ```
+//!
+//! `picks` counts the requests the sender routed to the endpoint since its
+//! last batch (0 in a snapshot), so that every replica's bound weighs the
+//! same load. Bodies of the first version (`"FXP1"`, endpoints without
+//! `picks`) are still read, with no picks.
 //!
 //! Block hashes are random 64-bit values: no encoding or compression
 //! shrinks them, so the savings come from sending each block only when an
@@ -18,7 +23,10 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The first bytes of every body: format and version.
-pub const MAGIC: &[u8; 4] = b"FXP1";
+pub const MAGIC: &[u8; 4] = b"FXP2";
+
+/// The first version's magic, still accepted.
+const MAGIC_V1: &[u8; 4] = b"FXP1";
 
 /// Longest model name accepted.
 const MAX_NAME_LEN: usize = 1024;
@@ -28,6 +36,8 @@ const MAX_NAME_LEN: usize = 1024;
 pub struct EndpointBlocks {
     /// The endpoint.
     pub addr: SocketAddr,
+    /// Requests the sender routed there since its last batch.
+    pub picks: u32,
     /// Block hashes in the order the sender's index touched them.
     pub hashes: Vec<u64>,
 }
@@ -55,8 +65,8 @@ pub enum DecodeError {
     Malformed(&'static str),
 }
 
-/// Encodes `models` (skipping endpoints without blocks and models without
-/// endpoints); returns the body and the number of blocks in it.
+/// Encodes `models` (skipping endpoints without blocks or picks and models
+/// without endpoints); returns the body and the number of blocks in it.
 pub fn encode(models: &[ModelBlocks]) -> (Vec<u8>, usize) {
     let kept: Vec<(&ModelBlocks, Vec<&EndpointBlocks>)> = models
         .iter()
@@ -65,7 +75,7 @@ pub fn encode(models: &[ModelBlocks]) -> (Vec<u8>, usize) {
                 m,
                 m.endpoints
                     .iter()
-                    .filter(|e| !e.hashes.is_empty())
+                    .filter(|e| !e.hashes.is_empty() || e.picks > 0)
                     .collect::<Vec<_>>(),
             )
         })
@@ -94,6 +104,7 @@ pub fn encode(models: &[ModelBlocks]) -> (Vec<u8>, usize) {
                 }
             }
             out.extend_from_slice(&endpoint.addr.port().to_be_bytes());
+            put_varint(&mut out, u64::from(endpoint.picks));
             put_varint(&mut out, endpoint.hashes.len() as u64);
             for hash in &endpoint.hashes {
                 out.extend_from_slice(&hash.to_le_bytes());
@@ -106,9 +117,11 @@ pub fn encode(models: &[ModelBlocks]) -> (Vec<u8>, usize) {
 /// Decodes a body made by [`encode`].
 pub fn decode(body: &[u8]) -> Result<Vec<ModelBlocks>, DecodeError> {
     let mut r = Reader(body);
-    if r.take(MAGIC.len()).map_err(|_| DecodeError::Magic)? != MAGIC {
-        return Err(DecodeError::Magic);
-    }
+    let with_picks = match r.take(MAGIC.len()).map_err(|_| DecodeError::Magic)? {
+        m if m == MAGIC => true,
+        m if m == MAGIC_V1 => false,
+        _ => return Err(DecodeError::Magic),
+    };
     // Every model takes at least 3 bytes, every endpoint 8: counts larger
     // than the bytes left can support are refused before allocating.
     let models = r.count(3)?;
@@ -130,12 +143,18 @@ pub fn decode(body: &[u8]) -> Result<Vec<ModelBlocks>, DecodeError> {
                 _ => return Err(DecodeError::Malformed("address family")),
             };
             let port = u16::from_be_bytes(r.array::<2>()?);
+            let picks = if with_picks {
+                u32::try_from(r.varint()?).map_err(|_| DecodeError::Malformed("picks"))?
+            } else {
+                0
+            };
             let blocks = r.count(8)?;
             let hashes = (0..blocks)
                 .map(|_| r.array::<8>().map(u64::from_le_bytes))
                 .collect::<Result<Vec<u64>, _>>()?;
             list.push(EndpointBlocks {
                 addr: SocketAddr::new(ip, port),
+                picks,
                 hashes,
             });
         }
@@ -209,11 +228,18 @@ mod tests {
                 endpoints: vec![
                     EndpointBlocks {
                         addr: "10.0.0.1:8000".parse().unwrap(),
+                        picks: 3,
                         hashes: vec![1, u64::MAX, 0x0123_4567_89ab_cdef],
                     },
                     EndpointBlocks {
                         addr: "[fd00::7]:9000".parse().unwrap(),
+                        picks: 0,
                         hashes: vec![42],
+                    },
+                    EndpointBlocks {
+                        addr: "10.0.0.3:8000".parse().unwrap(),
+                        picks: 700,
+                        hashes: vec![],
                     },
                 ],
             },
@@ -221,6 +247,7 @@ mod tests {
                 model: "modèle".into(),
                 endpoints: vec![EndpointBlocks {
                     addr: "10.0.0.2:8000".parse().unwrap(),
+                    picks: 1,
                     hashes: (0..300).collect(),
                 }],
             },
@@ -238,12 +265,34 @@ mod tests {
     }
 
     #[test]
+    fn first_version_bodies_are_read_without_picks() {
+        let mut v1 = MAGIC_V1.to_vec();
+        // One model "m", one endpoint 10.0.0.1:8000 with blocks 7 and 9.
+        v1.extend_from_slice(&[1, 1, b'm', 1, 4, 10, 0, 0, 1, 0x1f, 0x40, 2]);
+        v1.extend_from_slice(&7u64.to_le_bytes());
+        v1.extend_from_slice(&9u64.to_le_bytes());
+        let models = decode(&v1).unwrap();
+        assert_eq!(
+            models,
+            [ModelBlocks {
+                model: "m".into(),
+                endpoints: vec![EndpointBlocks {
+                    addr: "10.0.0.1:8000".parse().unwrap(),
+                    picks: 0,
+                    hashes: vec![7, 9],
+                }],
+            }]
+        );
+    }
+
+    #[test]
     fn empty_records_are_left_out() {
         let models = vec![
             ModelBlocks {
                 model: "m".into(),
                 endpoints: vec![EndpointBlocks {
                     addr: "10.0.0.1:1".parse().unwrap(),
+                    picks: 0,
                     hashes: vec![],
                 }],
             },
@@ -257,7 +306,7 @@ mod tests {
     #[test]
     fn garbage_is_refused_without_panicking() {
         assert_eq!(decode(b""), Err(DecodeError::Magic));
-        assert_eq!(decode(b"FXP2\0"), Err(DecodeError::Magic));
+        assert_eq!(decode(b"FXP9\0"), Err(DecodeError::Magic));
         let (body, _) = encode(&sample());
         // Every truncation and every single-byte change decodes or is refused.
         for len in 0..body.len() {

@@ -119,6 +119,7 @@ impl Node {
                     merged.unknown += endpoint.hashes.len();
                     continue;
                 };
+                set.record_picks(idx, endpoint.picks);
                 let capacity = set.index_capacity(idx, &route.options);
                 set.prefix_index()
                     .touch(endpoint.addr, &endpoint.hashes, capacity);
@@ -152,7 +153,11 @@ impl Node {
                 .held()
                 .into_iter()
                 .filter(|(_, hashes)| !hashes.is_empty())
-                .map(|(addr, hashes)| EndpointBlocks { addr, hashes })
+                .map(|(addr, hashes)| EndpointBlocks {
+                    addr,
+                    picks: 0,
+                    hashes,
+                })
                 .collect();
             if !endpoints.is_empty() {
                 out.push(ModelBlocks {

@@ -11,14 +11,15 @@ use tokio::sync::mpsc;
 use super::codec::{EndpointBlocks, ModelBlocks};
 use super::PeerMetrics;
 
-/// One pick's news: `model`'s endpoint `addr` now holds `hashes`.
+/// One pick's news: `model`'s endpoint `addr` was sent one more request
+/// and now holds `hashes`.
 #[derive(Debug)]
 pub struct Record {
     /// Canonical model name.
     pub model: Arc<str>,
     /// The endpoint.
     pub addr: SocketAddr,
-    /// Blocks in the order the index touched them.
+    /// Blocks the pick taught the index, in the order it touched them.
     pub hashes: Vec<u64>,
 }
 
@@ -41,12 +42,10 @@ impl Outbox {
         (outbox, rx)
     }
 
-    /// Queues a record; when the queue is full (the sender is behind) the
-    /// record is dropped and counted: peers miss it, requests never wait.
+    /// Queues a pick's record; when the queue is full (the sender is
+    /// behind) the record is dropped and counted: peers miss it, requests
+    /// never wait.
     pub fn publish(&self, model: &Arc<str>, addr: SocketAddr, hashes: Vec<u64>) {
-        if hashes.is_empty() {
-            return;
-        }
         let blocks = hashes.len() as u64;
         let record = Record {
             model: Arc::clone(model),
@@ -67,15 +66,19 @@ pub struct Batch {
     models: Vec<ModelBlocks>,
     positions: HashMap<(Arc<str>, SocketAddr), (usize, usize)>,
     blocks: usize,
+    records: usize,
 }
 
 impl Batch {
     /// Adds a record.
     pub fn push(&mut self, record: Record) {
         self.blocks += record.hashes.len();
+        self.records += 1;
         let key = (Arc::clone(&record.model), record.addr);
         if let Some(&(m, e)) = self.positions.get(&key) {
-            self.models[m].endpoints[e].hashes.extend(record.hashes);
+            let endpoint = &mut self.models[m].endpoints[e];
+            endpoint.picks = endpoint.picks.saturating_add(1);
+            endpoint.hashes.extend(record.hashes);
             return;
         }
         let m = match self.models.iter().position(|m| *m.model == *record.model) {
@@ -91,6 +94,7 @@ impl Batch {
         let endpoints = &mut self.models[m].endpoints;
         endpoints.push(EndpointBlocks {
             addr: record.addr,
+            picks: 1,
             hashes: record.hashes,
         });
         self.positions.insert(key, (m, endpoints.len() - 1));
@@ -101,10 +105,16 @@ impl Batch {
         self.blocks
     }
 
+    /// Whether no record was gathered since the last [`Batch::take`].
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
     /// The gathered records, emptying the batch.
     pub fn take(&mut self) -> Vec<ModelBlocks> {
         self.positions.clear();
         self.blocks = 0;
+        self.records = 0;
         std::mem::take(&mut self.models)
     }
 }
@@ -122,7 +132,6 @@ mod tests {
         for i in 0..5 {
             outbox.publish(&model, addr, vec![i, i + 100]);
         }
-        outbox.publish(&model, addr, vec![]);
         let blocks = &metrics.blocks;
         assert_eq!(blocks.with_label_values(&["published"]).get(), 4);
         assert_eq!(blocks.with_label_values(&["dropped"]).get(), 6);
@@ -135,6 +144,12 @@ mod tests {
         assert_eq!(models.len(), 1);
         assert_eq!(models[0].endpoints[0].hashes, [0, 100, 1, 101]);
         assert_eq!(batch.blocks(), 0);
+        assert!(batch.is_empty());
+        // A pick that taught the index nothing is still news: one request.
+        outbox.publish(&model, addr, vec![]);
+        batch.push(rx.try_recv().unwrap());
+        assert!(!batch.is_empty());
+        assert_eq!(batch.take()[0].endpoints[0].picks, 1);
     }
 
     #[test]
@@ -162,5 +177,11 @@ mod tests {
         assert_eq!(models[0].endpoints[0].hashes, [1, 2, 4]);
         assert_eq!(models[0].endpoints[1].hashes, [3]);
         assert_eq!(models[1].endpoints[0].hashes, [9]);
+        // Each record is one request routed there.
+        let picks: Vec<u32> = models
+            .iter()
+            .flat_map(|m| m.endpoints.iter().map(|e| e.picks))
+            .collect();
+        assert_eq!(picks, [2, 1, 1]);
     }
 }

@@ -113,7 +113,7 @@ impl BackgroundService for Sender {
                             Err(_) => break,
                         }
                     }
-                    if batch.blocks() == 0 {
+                    if batch.is_empty() {
                         continue;
                     }
                     let (body, _) = codec::encode(&batch.take());

@@ -2,11 +2,13 @@
 //! holds a long prefix of its prompt in its prefix cache, unless that
 //! endpoint is too busy.
 //!
-//! Endpoints over the bounded-load limit (the CHWBL bound of
-//! [`RoutingOptions`](super::RoutingOptions), [`CACHE_AWARE_BOUNDED_LOAD_FACTOR`]
-//! unless the model sets one, never below
-//! [`CacheAwareOptions::load_bound_floor`]) are passed over while another
-//! is within it, so a hot prefix overflows to the next endpoint (which then
+//! Endpoints busier than [`CacheAwareOptions::load_bound_floor`] that took
+//! more than their bounded share of the recent picks (`boundedLoad ÷
+//! endpoints` of [`RoutingOptions`](super::RoutingOptions),
+//! [`CACHE_AWARE_BOUNDED_LOAD_FACTOR`] unless the model sets one; see
+//! [`super::pick_share`]), and those with [`IN_FLIGHT_CAP_MULTIPLE`] times
+//! the bounded-load limit in flight, are passed over while another is
+//! within it, so a hot prefix overflows to the next endpoint (which then
 //! caches it too) instead of melting one pod. Among the others:
 //!
 //! 1. when one holds more than [`CacheAwareOptions::match_threshold`] of the
@@ -39,12 +41,19 @@ use super::prefix_index::DEFAULT_BLOCKS_PER_ENDPOINT;
 use super::{RoutingOptions, DEFAULT_BLOCK_SIZE, DEFAULT_BOUNDED_LOAD_FACTOR};
 
 /// The bounded-load factor of cache-aware picks when the model sets none:
-/// a pod may hold 1.6 times its share of the requests in flight before its
+/// a pod may take 1.6 times its share of the recent picks before its
 /// cached prefixes overflow elsewhere, which keeps the pod of a tenant
 /// sending half the traffic under twice the mean. Looser than the hash
 /// strategies' [`DEFAULT_BOUNDED_LOAD_FACTOR`], because a cache-aware
 /// overflow costs a prefill.
 pub const CACHE_AWARE_BOUNDED_LOAD_FACTOR: f64 = 1.6;
+
+/// How many times the bounded-load factor a pod's requests in flight may
+/// reach (relative to the mean, with [`CacheAwareOptions::load_bound_floor`]
+/// below it) before it is passed over whatever its share of the recent
+/// picks: a momentary pile-up stays where the prefix is cached, a lasting
+/// one overflows.
+pub const IN_FLIGHT_CAP_MULTIPLE: f64 = 2.0;
 
 /// How many times the engine's own KV cache the index remembers per
 /// endpoint. An engine evicts a prefix that goes unused for a while; the
@@ -71,8 +80,8 @@ pub struct CacheAwareOptions {
     /// [`DEFAULT_BLOCKS_PER_ENDPOINT`].
     pub blocks_per_endpoint: Option<usize>,
     /// Requests in flight a pod may always hold before the load bound
-    /// passes it over: at low traffic the bound (which scales with the
-    /// total) would otherwise scatter a tenant's few requests.
+    /// passes it over, whatever its share of the recent picks: at low
+    /// traffic the bound would otherwise scatter a tenant's few requests.
     pub load_bound_floor: usize,
     /// Share of the prompt (0..1) an endpoint must hold for the longest
     /// cached prefix to decide the pick; below it the prompt is placed
@@ -229,7 +238,11 @@ struct Candidate {
     share: f64,
     load: f64,
     kv: f64,
+    /// Requests in flight from this gateway.
+    in_flight: usize,
     within_bound: bool,
+    /// Busier than the floor and over its share of the recent picks.
+    over_share: bool,
     /// Blocks the endpoint's index holds (filled only when placing a
     /// prompt no endpoint holds enough of).
     held: usize,
@@ -257,9 +270,14 @@ impl EndpointSet {
         let weights = &opts.cache_aware;
         let n = self.len();
         let factor = opts.bounded_load.unwrap_or(CACHE_AWARE_BOUNDED_LOAD_FACTOR);
-        let bound = RoutingOptions::with_bounded_load(factor)
+        let floor = weights.load_bound_floor;
+        // A pile-up of requests in flight passes a pod over whatever its
+        // share; below that, a pod busier than the floor is passed over
+        // while it takes more than its bounded share of the recent picks.
+        let cap = RoutingOptions::with_bounded_load(IN_FLIGHT_CAP_MULTIPLE * factor)
             .load_bound(self.total_in_flight(), n)
-            .map(|b| b.max(weights.load_bound_floor));
+            .map(|b| b.max(floor));
+        let share_bound = factor / n as f64;
         let now = super::backend_load::now_ms();
         let prompt_blocks = request.blocks.len().max(1) as f64;
 
@@ -277,13 +295,24 @@ impl EndpointSet {
                 share: held as f64 / prompt_blocks,
                 load: in_flight.max(queued) as f64,
                 kv: engine.map_or(0.0, |v| v.kv_usage),
-                within_bound: bound.is_none_or(|b| in_flight <= b),
+                in_flight,
+                within_bound: cap.is_none_or(|b| in_flight <= b),
+                over_share: false,
                 held: 0,
             });
         }
         if candidates.is_empty() {
             return None;
         }
+        // Shares matter only for pods busier than the floor: at low load,
+        // none are computed.
+        if candidates.iter().any(|c| c.in_flight > floor) {
+            let shares = self.pick_shares();
+            for c in candidates.iter_mut() {
+                c.over_share = c.in_flight > floor && shares[c.idx] > share_bound;
+            }
+        }
+        pass_over_shares(&mut candidates, weights.match_threshold);
         let max_load = candidates.iter().map(|c| c.load).fold(1.0, f64::max);
         let any_within = candidates.iter().any(|c| c.within_bound);
         let eligible = |c: &Candidate| c.within_bound || !any_within;
@@ -411,6 +440,36 @@ impl EndpointSet {
     }
 }
 
+/// Takes the pods over their share out of the bound, except one that alone
+/// holds the longest prefix of the prompt (a conversation only it has seen)
+/// while a pod within its share holds more than `threshold` of it: the
+/// pod's new conversations already go elsewhere, and moving this one would
+/// cost its history. A pod holding its prefix alone is passed over, so the
+/// prefix spills.
+fn pass_over_shares(candidates: &mut [Candidate], threshold: f64) {
+    if !candidates.iter().any(|c| c.over_share && c.within_bound) {
+        return;
+    }
+    let longest = candidates.iter().map(|c| c.share).fold(0.0, f64::max);
+    let sole_holder = {
+        let mut holders = candidates
+            .iter()
+            .filter(|c| c.share >= longest && longest > 0.0);
+        match (holders.next(), holders.next()) {
+            (Some(c), None) => Some(c.idx),
+            _ => None,
+        }
+    };
+    let spill_ready = candidates
+        .iter()
+        .any(|c| c.within_bound && !c.over_share && c.share > threshold);
+    for c in candidates.iter_mut() {
+        if c.over_share && !(spill_ready && sole_holder == Some(c.idx)) {
+            c.within_bound = false;
+        }
+    }
+}
+
 /// The rendezvous (highest random weight) hash of a prompt's first block on
 /// an endpoint: every gateway computes the same one.
 fn rendezvous(root: u64, addr: std::net::SocketAddr) -> u64 {
@@ -477,7 +536,7 @@ mod tests {
     }
 
     #[test]
-    fn equal_holders_keep_a_prefix_on_one_until_it_is_over_the_bound() {
+    fn equal_holders_keep_a_prefix_on_one_until_it_is_over_its_share() {
         let set = EndpointSet::new(pods(4));
         let blocks = prompt("alpha ", "x");
         for pod in [0, 1] {
@@ -487,14 +546,96 @@ mod tests {
         let (first, why) = pick(&set, &blocks);
         assert!(first < 2);
         assert_eq!(why, Decision::PrefixHit);
-        // Busier than the other holder, yet within the bound: it keeps the
-        // prefix (whatever the rotation). Over it, the other holder serves.
-        let mut busy: Vec<_> = (0..3).map(|_| set.track(first)).collect();
+        // Busier than the other holder, even over the floor, yet within
+        // its share of the picks: it keeps the prefix.
+        let _busy: Vec<_> = (0..6).map(|_| set.track(first)).collect();
         for _ in 0..4 {
             assert_eq!(pick(&set, &blocks), (first, Decision::PrefixHit));
         }
-        busy.extend((0..2).map(|_| set.track(first)));
+        // Once it has taken most of the recent picks, the other holder
+        // serves.
+        set.record_picks(first, 100);
         assert_eq!(pick(&set, &blocks), (1 - first, Decision::PrefixHit));
+    }
+
+    #[test]
+    fn a_momentary_pile_up_on_the_holder_does_not_move_its_prefix() {
+        let set = EndpointSet::new(pods(4));
+        let blocks = prompt("hot ", "x");
+        let (home, _) = pick(&set, &blocks);
+        // Picks spread evenly so far; now eight requests pile up on the
+        // prefix's pod (the bounded-load bound of 1.6 would be 4).
+        for pod in 0..4 {
+            set.record_picks(pod, 30);
+        }
+        let _busy: Vec<_> = (0..8).map(|_| set.track(home)).collect();
+        for _ in 0..3 {
+            assert_eq!(pick(&set, &blocks), (home, Decision::PrefixHit));
+        }
+    }
+
+    #[test]
+    fn the_in_flight_cap_passes_over_a_pod_whatever_its_share() {
+        let set = EndpointSet::new(pods(4));
+        let blocks = prompt("hot ", "x");
+        let (home, _) = pick(&set, &blocks);
+        for pod in 0..4 {
+            set.record_picks(pod, 30);
+        }
+        let _others: Vec<_> = (0..4)
+            .filter(|&i| i != home)
+            .map(|i| set.track(i))
+            .collect();
+        // Cap: ceil(2 × 1.6 × (total + 1) / 4): with one in flight on each
+        // other pod, 20 on the home pod stay (cap 20) and 21 are over it.
+        let mut busy: Vec<_> = (0..20).map(|_| set.track(home)).collect();
+        assert_eq!(pick(&set, &blocks), (home, Decision::PrefixHit));
+        busy.push(set.track(home));
+        let (spilled, why) = pick(&set, &blocks);
+        assert_ne!(spilled, home);
+        assert_eq!(why, Decision::Load);
+    }
+
+    #[test]
+    fn a_quiet_pod_keeps_its_prefix_whatever_its_share() {
+        // Under the floor of requests in flight, the share does not count:
+        // at low traffic a tenant's few requests stay together.
+        let set = EndpointSet::new(pods(4));
+        let blocks = prompt("hot ", "x");
+        let (home, _) = pick(&set, &blocks);
+        set.record_picks(home, 500);
+        let _busy: Vec<_> = (0..4).map(|_| set.track(home)).collect();
+        assert_eq!(pick(&set, &blocks), (home, Decision::PrefixHit));
+    }
+
+    #[test]
+    fn a_pod_over_its_share_keeps_the_conversations_only_it_holds() {
+        let set = EndpointSet::new(pods(4));
+        let (home, _) = pick(&set, &prompt("hot ", "x"));
+        set.record_picks(home, 200);
+        let _busy: Vec<_> = (0..6).map(|_| set.track(home)).collect();
+        // Over its share, the sole holder of the tenant's prompt is passed
+        // over: the tenant spills to a second pod.
+        let (second, why) = pick(&set, &prompt("hot ", "y"));
+        assert_ne!(second, home);
+        assert_eq!(why, Decision::Load);
+        // From then on new conversations go to the second pod, while one
+        // whose history only the home pod holds stays there.
+        let conversation = {
+            let system = "hot ".repeat(1000);
+            let text = format!(
+                "{system}\nx\n{}\n",
+                "a long answer and a follow-up ".repeat(40)
+            );
+            PromptBlocks::of_text(text.as_bytes(), 16)
+        };
+        set.prefix_index()
+            .record(set.upstream(home).addr, conversation.hashes(), 1000);
+        assert_eq!(
+            pick(&set, &prompt("hot ", "z")),
+            (second, Decision::PrefixHit)
+        );
+        assert_eq!(pick(&set, &conversation), (home, Decision::PrefixHit));
     }
 
     #[test]
@@ -516,11 +657,13 @@ mod tests {
     }
 
     #[test]
-    fn a_hot_prefix_spills_over_the_load_bound() {
+    fn a_hot_prefix_spills_once_its_pod_takes_over_its_share() {
         let set = EndpointSet::new(pods(4));
         let blocks = prompt("hot ", "x");
         let (home, _) = pick(&set, &blocks);
-        // Bound: ceil(1.6 × (total + 1) / 4), at least the floor of 4.
+        // Share bound: 1.6 ÷ 4 pods = 0.4 of the recent picks, counted once
+        // the pod is busier than the floor of 4 in flight.
+        set.record_picks(home, 100);
         let guards: Vec<_> = (0..5).map(|_| set.track(home)).collect();
         let (spilled, why) = pick(&set, &blocks);
         assert_ne!(spilled, home);
@@ -531,28 +674,6 @@ mod tests {
         assert!(kept == home || kept == spilled);
         assert_eq!(why, Decision::PrefixHit);
         assert_eq!(pick(&set, &blocks).0, kept);
-    }
-
-    #[test]
-    fn a_long_cached_prefix_keeps_its_requests_until_the_load_bound() {
-        let set = EndpointSet::new(pods(4));
-        let blocks = prompt("hot ", "x");
-        let (home, _) = pick(&set, &blocks);
-        // Busier than every other pod, yet within the bound: ceil(1.6 ×
-        // (total + 1) / 4) with 4 in flight on the home pod and 1 on each
-        // other is 4 (the floor), and 4 stays; with 6 on the home pod it is
-        // 4 again, and 6 is over it.
-        let others: Vec<_> = (0..4)
-            .filter(|&i| i != home)
-            .map(|i| set.track(i))
-            .collect();
-        let mut busy: Vec<_> = (0..4).map(|_| set.track(home)).collect();
-        assert_eq!(pick(&set, &blocks), (home, Decision::PrefixHit));
-        busy.extend((0..2).map(|_| set.track(home)));
-        let (spilled, why) = pick(&set, &blocks);
-        assert_ne!(spilled, home);
-        assert_eq!(why, Decision::Load);
-        drop((busy, others));
     }
 
     #[test]
@@ -599,7 +720,7 @@ mod tests {
         }
         let _busy = [set.track(2), set.track(2)];
         assert_eq!(pick(&set, &prompt("gamma ", "x")), (2, Decision::Load));
-        // Over the load bound it is passed over like any other.
+        // Well above the mean load it is passed over like any other.
         let _more: Vec<_> = (0..4).map(|_| set.track(2)).collect();
         assert_ne!(pick(&set, &prompt("delta ", "x")).0, 2);
     }

@@ -13,6 +13,7 @@ use super::cache_aware::{CacheAwareRequest, Decision};
 use super::health::{EndpointHealth, Standing};
 use super::in_flight::EndpointState;
 pub use super::in_flight::InFlight;
+use super::pick_share::{self, PickClock};
 use super::prefix_index::PrefixIndex;
 use super::strategy::{RoutingOptions, Strategy};
 pub use super::upstream::Upstream;
@@ -44,6 +45,8 @@ pub struct EndpointSet {
     cursor: AtomicUsize,
     /// What cache-aware routing sent where; shared with rebuilds.
     prefix_index: Arc<PrefixIndex>,
+    /// Cache-aware picks made so far; shared with rebuilds.
+    pick_clock: Arc<PickClock>,
 }
 
 impl EndpointSet {
@@ -54,7 +57,7 @@ impl EndpointSet {
     /// [`MAX_ENDPOINTS`]. Building sorts `150 × n` ring points: do it when
     /// the endpoint set changes, never per request.
     pub fn new(upstreams: Vec<Upstream>) -> Self {
-        Self::build(upstreams, |_| None, 0, Arc::default())
+        Self::build(upstreams, |_| None, 0, Arc::default(), Arc::default())
     }
 
     fn build(
@@ -62,6 +65,7 @@ impl EndpointSet {
         existing: impl Fn(&SocketAddr) -> Option<Arc<EndpointState>>,
         cursor: usize,
         prefix_index: Arc<PrefixIndex>,
+        pick_clock: Arc<PickClock>,
     ) -> Self {
         let mut kept: Vec<Upstream> = Vec::with_capacity(upstreams.len().min(MAX_ENDPOINTS));
         let mut by_addr: Vec<(SocketAddr, usize)> = Vec::with_capacity(kept.capacity());
@@ -92,6 +96,7 @@ impl EndpointSet {
             ring,
             cursor: AtomicUsize::new(cursor),
             prefix_index,
+            pick_clock,
         }
     }
 
@@ -105,6 +110,7 @@ impl EndpointSet {
             |addr| self.index_of(addr).map(|i| Arc::clone(&self.counters[i])),
             self.cursor.load(Ordering::Relaxed),
             Arc::clone(&self.prefix_index),
+            Arc::clone(&self.pick_clock),
         );
         set.prefix_index.retain(|addr| set.index_of(addr).is_some());
         set
@@ -316,6 +322,7 @@ impl EndpointSet {
             decision = why;
             Some(idx)
         })?;
+        self.record_picks(idx, 1);
         let capacity = self.index_capacity(idx, opts);
         let addr = self.upstreams[idx].addr;
         match touched {
@@ -335,6 +342,31 @@ impl EndpointSet {
     pub fn index_capacity(&self, idx: usize, opts: &RoutingOptions) -> usize {
         opts.cache_aware
             .capacity(self.counters[idx].backend.cache_tokens())
+    }
+
+    /// Counts `picks` cache-aware picks of the endpoint at `idx` (this
+    /// gateway's, or a peer's).
+    ///
+    /// # Panics
+    /// When `idx` is not below [`EndpointSet::len`].
+    pub fn record_picks(&self, idx: usize, picks: u32) {
+        if picks == 0 {
+            return;
+        }
+        let stamp = self.pick_clock.advance(picks);
+        self.counters[idx]
+            .picks
+            .add(picks, stamp, pick_share::window(self.len()));
+    }
+
+    /// Each endpoint's share of the recent cache-aware picks, in index
+    /// order.
+    pub fn pick_shares(&self) -> Vec<f64> {
+        pick_share::shares(
+            self.counters.iter().map(|c| &c.picks),
+            self.pick_clock.now(),
+            pick_share::window(self.len()),
+        )
     }
 
     /// The prefix index cache-aware routing keeps for these endpoints.

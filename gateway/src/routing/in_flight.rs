@@ -6,15 +6,18 @@ use std::sync::Arc;
 
 use super::backend_load::BackendLoad;
 use super::health::{Change, EndpointHealth, OutlierPolicy};
+use super::pick_share::PickCount;
 
 /// One endpoint's shared state, on a cache line of its own so that requests
-/// on different pods do not contend: its requests in flight and its health.
+/// on different pods do not contend: its requests in flight, its health and
+/// its share of recent cache-aware picks.
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub(super) struct EndpointState {
     pub(super) in_flight: AtomicUsize,
     pub(super) health: EndpointHealth,
     pub(super) backend: BackendLoad,
+    pub(super) picks: PickCount,
 }
 
 impl EndpointState {

@@ -32,6 +32,7 @@ pub mod health;
 mod in_flight;
 mod keys;
 mod messages;
+pub mod pick_share;
 pub mod prefix_index;
 mod strategy;
 mod text;

@@ -27,9 +27,43 @@ fn cache_aware(sims: &[&SimProcess]) -> String {
 }
 
 fn pods() -> Vec<SimProcess> {
+    pods_with(&[])
+}
+
+fn pods_with(extra: &[&str]) -> Vec<SimProcess> {
     PODS.iter()
-        .map(|p| pod(p, &["m"], &["--prefix-cache-blocks", "200"]))
+        .map(|p| {
+            let mut args = vec!["--prefix-cache-blocks", "200"];
+            args.extend_from_slice(extra);
+            pod(p, &["m"], &args)
+        })
         .collect()
+}
+
+/// A gateway in front of `sims` with a peer listener (its only peer is
+/// unreachable): the gateway, its listener and pod-d's address.
+fn listening_gateway(sims: &[SimProcess]) -> (Gateway, String, SocketAddr) {
+    let refs: Vec<&SimProcess> = sims.iter().collect();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let gw = Gateway::start(
+        &cache_aware(&refs),
+        &[
+            "--route-debug-header",
+            "true",
+            "--routing-peer-listen",
+            &listen,
+            "--routing-peers",
+            "127.0.0.1:1",
+            "--routing-peer-secret",
+            SECRET,
+        ],
+    );
+    let target = sims[3]
+        .base_url()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    (gw, listen, target)
 }
 
 /// A tenant's system prompt of about 1,000 tokens, distinct from its
@@ -42,11 +76,17 @@ fn system_prompt(tenant: usize) -> String {
 }
 
 fn turn(tenant: usize, turn: usize) -> Vec<u8> {
+    long_turn(tenant, turn, 2)
+}
+
+/// [`turn`] asking for `max_tokens` tokens.
+fn long_turn(tenant: usize, turn: usize, max_tokens: u32) -> Vec<u8> {
     let messages = json!([
         {"role": "system", "content": system_prompt(tenant)},
         {"role": "user", "content": format!("question {turn} of tenant {tenant}")},
     ]);
-    serde_json::to_vec(&json!({"model": "m", "messages": messages, "max_tokens": 2})).unwrap()
+    serde_json::to_vec(&json!({"model": "m", "messages": messages, "max_tokens": max_tokens}))
+        .unwrap()
 }
 
 /// The prompt blocks the gateway computes for [`turn`]'s request.
@@ -260,27 +300,8 @@ async fn post_records(addr: &str, body: Vec<u8>, headers: &[(&str, String)]) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_correctly_signed_peer_updates_change_routing() {
     let sims = pods();
-    let refs: Vec<&SimProcess> = sims.iter().collect();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let gw = Gateway::start(
-        &cache_aware(&refs),
-        &[
-            "--route-debug-header",
-            "true",
-            "--routing-peer-listen",
-            &listen,
-            "--routing-peers",
-            "127.0.0.1:1",
-            "--routing-peer-secret",
-            SECRET,
-        ],
-    );
+    let (gw, listen, target) = listening_gateway(&sims);
     // A forged claim: pod-d holds tenants 0 and 1's prompts.
-    let target: SocketAddr = sims[3]
-        .base_url()
-        .trim_start_matches("http://")
-        .parse()
-        .unwrap();
     let claim = |tenant: usize| {
         let mut hashes = blocks(tenant, 0);
         hashes.reverse();
@@ -288,6 +309,7 @@ async fn only_correctly_signed_peer_updates_change_routing() {
             model: "m".into(),
             endpoints: vec![EndpointBlocks {
                 addr: target,
+                picks: 0,
                 hashes,
             }],
         }])
@@ -364,5 +386,61 @@ async fn a_replica_started_later_catches_up_from_its_peer() {
             (&home[&tenant], "prefix_hit"),
             "tenant {tenant}"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peers_picks_count_in_the_load_bound() {
+    // Slow pods: a 40-token answer takes about two seconds.
+    let sims = pods_with(&["--tokens-per-second", "20"]);
+    let (gw, listen, target) = listening_gateway(&sims);
+    let key = Key::new(SECRET.as_bytes());
+    let post = |picks: u32, hashes: Vec<u64>| {
+        let body = encode(&[ModelBlocks {
+            model: "m".into(),
+            endpoints: vec![EndpointBlocks {
+                addr: target,
+                picks,
+                hashes,
+            }],
+        }])
+        .0;
+        let now = flexinfer_gateway::peers::signature::now_ms();
+        let signed = key.sign_at("POST", RECORDS_PATH, "replica-b", &body, now);
+        let headers = vec![
+            (PEER_ID_HEADER, signed.id),
+            (PEER_TIME_HEADER, signed.time_ms.to_string()),
+            (PEER_SIGNATURE_HEADER, signed.signature),
+        ];
+        let listen = listen.clone();
+        async move { post_records(&listen, body, &headers).await }
+    };
+    // A peer sent tenant 1 to pod-d.
+    let mut hashes = blocks(1, 0);
+    hashes.reverse();
+    assert_eq!(post(0, hashes).await, 204);
+    // Five long requests of the tenant keep pod-d busy, over the floor.
+    let url = gw.url("/v1/chat/completions");
+    let busy: Vec<_> = (1..=5)
+        .map(|t| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let resp = post_json(&url, &long_turn(1, t, 40), &[]).await;
+                served_by(&resp)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Its own picks alone leave pod-d within its share: the prefix stays.
+    let (pod, reason) = send(&gw, &turn(1, 6)).await;
+    assert_eq!((pod.as_str(), reason.as_str()), ("pod-d", "prefix_hit"));
+    // The peer reports it sent most of the recent requests there too: pod-d
+    // is over its share, and the tenant spills to another pod.
+    assert_eq!(post(200, Vec::new()).await, 204);
+    let (pod, reason) = send(&gw, &turn(1, 7)).await;
+    assert_ne!(pod, "pod-d");
+    assert_eq!(reason, "load");
+    for task in busy {
+        assert_eq!(task.await.unwrap(), "pod-d");
     }
 }
