@@ -597,6 +597,25 @@ mod tests {
     }
 
     #[test]
+    fn a_flood_of_picks_is_bounded() {
+        let set = EndpointSet::new(pods(4));
+        for pod in 0..4 {
+            set.record_picks(pod, 30);
+        }
+        // A peer claiming billions of picks cannot wrap the stamps: the
+        // pod's share is near one, not garbage, and fades as picks go on.
+        set.record_picks(0, u32::MAX);
+        let shares = set.pick_shares();
+        assert!(shares[0] > 0.9 && shares[0] <= 1.0, "{shares:?}");
+        for i in 0..2000 {
+            set.record_picks(1 + i % 3, 1);
+        }
+        let shares = set.pick_shares();
+        assert!(shares[0] < 0.01, "{shares:?}");
+        assert!(shares[1..].iter().all(|s| (s - 1.0 / 3.0).abs() < 0.05));
+    }
+
+    #[test]
     fn a_quiet_pod_keeps_its_prefix_whatever_its_share() {
         // Under the floor of requests in flight, the share does not count:
         // at low traffic a tenant's few requests stay together.

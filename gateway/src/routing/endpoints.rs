@@ -349,14 +349,16 @@ impl EndpointSet {
     ///
     /// # Panics
     /// When `idx` is not below [`EndpointSet::len`].
+    /// More than four windows at once (a peer's garbage) counts as four:
+    /// the other counts have decayed to 2% by then either way.
     pub fn record_picks(&self, idx: usize, picks: u32) {
+        let window = pick_share::window(self.len());
+        let picks = picks.min(window.saturating_mul(4));
         if picks == 0 {
             return;
         }
         let stamp = self.pick_clock.advance(picks);
-        self.counters[idx]
-            .picks
-            .add(picks, stamp, pick_share::window(self.len()));
+        self.counters[idx].picks.add(picks, stamp, window);
     }
 
     /// Each endpoint's share of the recent cache-aware picks, in index
