@@ -44,6 +44,14 @@ pub trait ModelLifecycle: Send + Sync + 'static {
     fn phase(&self, model: &str) -> Option<String>;
     /// State of every managed model and group, for `GET /admin/models`.
     fn report(&self) -> serde_json::Value;
+    /// What clients waiting for `model` are told when its activation fails
+    /// with `message` (its status message). The default passes the message
+    /// on, for lifecycles whose messages are written for clients; one whose
+    /// messages may hold secrets (an engine's stderr) says less.
+    fn failure_for_clients(&self, model: &str, message: &str) -> String {
+        let _ = model;
+        message.to_owned()
+    }
 }
 
 /// One request being served by a managed model; dropping it reports the
@@ -203,14 +211,16 @@ impl ModelQueue {
     /// was already reported when watching began is stale: the activation
     /// that queued these requests retries it, so only a new failure counts.
     ///
-    /// With `retry` (`--backoff-enabled`), a failed activation is started
-    /// again after a backoff wait, up to its retries, while the requests
-    /// keep waiting (each within its own timeout).
+    /// With `backoff` (`--backoff-enabled`), a failed activation is
+    /// started again after a backoff wait, up to its retries, while the
+    /// requests keep waiting (each within its own timeout). Waiters of a
+    /// failed activation are told what `lifecycle` lets clients see.
     async fn watch(
         self: Arc<Self>,
         model: String,
         mut status: watch::Receiver<ModelStatus>,
-        retry: Option<(Arc<dyn ModelLifecycle>, ActivationBackoff)>,
+        lifecycle: Arc<dyn ModelLifecycle>,
+        backoff: Option<ActivationBackoff>,
     ) {
         let mut first = true;
         let mut attempt = 0;
@@ -220,9 +230,9 @@ impl ModelQueue {
                 (now.phase, now.message.clone())
             };
             let message = || message.as_deref().unwrap_or("the model process failed");
-            match (phase, &retry) {
+            match (phase, &backoff) {
                 (Phase::Ready, _) => self.set_ready(true),
-                (Phase::Failed, Some((lifecycle, backoff)))
+                (Phase::Failed, Some(backoff))
                     if !first && attempt < backoff.retries && self.len() > 0 =>
                 {
                     let pause = backoff.wait(attempt, ActivationBackoff::jitter());
@@ -240,7 +250,14 @@ impl ModelQueue {
                     lifecycle.activate(&model);
                 }
                 (Phase::Failed, _) if !first => {
-                    self.fail_all(&ApiError::activation_failed(&model, message()))
+                    tracing::warn!(
+                        model,
+                        error = message(),
+                        waiting = self.len(),
+                        "activation failed; answering the waiting requests"
+                    );
+                    let told = lifecycle.failure_for_clients(&model, message());
+                    self.fail_all(&ApiError::activation_failed(&model, &told))
                 }
                 _ => self.set_ready(false),
             }
@@ -491,10 +508,14 @@ impl ActivationQueues {
                 lifecycle.demand(model, depth as u32);
                 lifecycle.activate(model);
             }
-            if let Some(status) = status {
+            if let (Some(status), Some(lifecycle)) = (status, &self.lifecycle) {
                 if !queue.watcher_running.swap(true, Ordering::SeqCst) {
-                    let retry = self.lifecycle.clone().zip(self.backoff.clone());
-                    tokio::spawn(queue.clone().watch(model.to_string(), status, retry));
+                    tokio::spawn(queue.clone().watch(
+                        model.to_string(),
+                        status,
+                        lifecycle.clone(),
+                        self.backoff.clone(),
+                    ));
                 }
             }
             self.settings
@@ -535,6 +556,8 @@ mod tests {
         tx: watch::Sender<ModelStatus>,
         activations: AtomicUsize,
         demand: Mutex<Vec<u32>>,
+        /// Whether its failure messages are kept from clients.
+        private: AtomicBool,
     }
 
     impl Manual {
@@ -543,6 +566,7 @@ mod tests {
                 tx: watch::channel(status(phase)).0,
                 activations: AtomicUsize::new(0),
                 demand: Mutex::new(Vec::new()),
+                private: AtomicBool::new(false),
             })
         }
     }
@@ -572,6 +596,13 @@ mod tests {
         }
         fn report(&self) -> serde_json::Value {
             serde_json::Value::Null
+        }
+        fn failure_for_clients(&self, _model: &str, message: &str) -> String {
+            if self.private.load(Ordering::SeqCst) {
+                "ask the operator".to_owned()
+            } else {
+                message.to_owned()
+            }
         }
     }
 
@@ -674,6 +705,27 @@ mod tests {
         let failed = waiter.await.unwrap().unwrap_err();
         assert_eq!((failed.status, failed.code), (503, "activation_failed"));
         assert!(failed.message.contains("boom"), "{}", failed.message);
+    }
+
+    #[tokio::test]
+    async fn waiters_of_a_failed_activation_are_told_what_the_lifecycle_allows() {
+        let l = Manual::new(Phase::Idle);
+        l.private.store(true, Ordering::SeqCst);
+        let q = queues(l.clone(), 1, 5_000);
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { admit(&q, "m", None).await })
+        };
+        while q.depth("m") < 1 {
+            tokio::task::yield_now().await;
+        }
+        l.tx.send_replace(status(Phase::Failed));
+        let failed = waiter.await.unwrap().unwrap_err();
+        assert_eq!((failed.status, failed.code), (503, "activation_failed"));
+        assert_eq!(
+            failed.message,
+            "Failed to activate model 'm': ask the operator"
+        );
     }
 
     #[tokio::test]

@@ -201,6 +201,31 @@ impl ApiError {
         )
     }
 
+    /// 415 for an API request whose body is neither JSON nor a form: the
+    /// gateway checks what an engine reads, and this it cannot read.
+    pub fn unsupported_media_type(content_type: &str, path: &str) -> Self {
+        let shown: String = content_type.chars().take(128).collect();
+        Self::new(
+            415,
+            "invalid_request_error",
+            "unsupported_media_type",
+            format!(
+                "Unsupported Content-Type '{shown}' for {path}: send a JSON body \
+                 (application/json, or no Content-Type) or, where the API takes a form, \
+                 multipart/form-data"
+            ),
+        )
+    }
+
+    /// 400 for a multipart form whose `model` field names another model
+    /// than the request head does.
+    pub fn form_model_mismatch(form: &str, requested: &str) -> Self {
+        Self::invalid_field(
+            "model",
+            format!("the form's model '{form}' is not the model the request names ('{requested}')"),
+        )
+    }
+
     /// 408 for a request header not complete within the header deadline.
     pub fn header_timeout(limit: std::time::Duration) -> Self {
         Self::new(

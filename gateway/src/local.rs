@@ -16,6 +16,12 @@ use crate::activation::ModelLifecycle;
 use crate::config::ModelTable;
 use crate::runtime_thread::RuntimeThread;
 
+/// What clients waiting for a local model that failed to start are told:
+/// its status message (the engine's last stderr lines, which may hold its
+/// environment) goes to the gateway's logs and `/admin/models` only.
+pub const START_FAILED: &str =
+    "the model server failed to start; ask the gateway's operator (the reason is in its logs)";
+
 /// The local actuator, running on its own runtime thread so that child
 /// processes are supervised independently of the proxy's runtimes.
 pub struct EmbeddedOperator {
@@ -131,6 +137,10 @@ impl ModelLifecycle for LocalActuator {
         let status = LocalActuator::status(self, model)?;
         let phase: Phase = status.borrow().phase;
         Some(phase.as_str().to_string())
+    }
+
+    fn failure_for_clients(&self, _model: &str, _message: &str) -> String {
+        START_FAILED.to_owned()
     }
 
     fn report(&self) -> Value {

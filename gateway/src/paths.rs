@@ -26,6 +26,47 @@ pub const INFERENCE_PATHS: &[&str] = &[
     "/v1/rerank",
 ];
 
+/// Routes whose POST body an engine reads as an API request: the OpenAI and
+/// Anthropic APIs of [`INFERENCE_PATHS`] and the engines' own inference
+/// routes (llama.cpp, Ollama, SGLang, vLLM), whichever a model serves. A
+/// body there that the gateway cannot read as JSON or a form is refused.
+const API_BODY_PATHS: &[&str] = &[
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/audio",
+    "/v1/images",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/rerank",
+    "/v1/score",
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/embeddings",
+    "/embedding",
+    "/infill",
+    "/rerank",
+    "/reranking",
+    "/score",
+    "/generate",
+    "/tokenize",
+    "/detokenize",
+    "/api/chat",
+    "/api/generate",
+    "/api/embed",
+    "/api/embeddings",
+];
+
+/// Whether `path` (as an engine's router matches it) is a route whose POST
+/// body is an API request ([`API_BODY_PATHS`], or below one).
+pub fn is_api_body_path(path: &str) -> bool {
+    API_BODY_PATHS.iter().any(|p| {
+        path.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
 /// Paths that change what a model server serves (LoRA adapters): forwarded
 /// only when the model serves them and the request carries an admin key.
 pub const ADMIN_PATHS: &[&str] = &["/v1/load_lora_adapter", "/v1/unload_lora_adapter"];

@@ -1,17 +1,17 @@
 //! Assembles the Pingora server: command line → mode → gateway →
-//! services (proxy, admin listener, the mode's background services) and
-//! shutdown handling.
+//! listening addresses claimed ([`crate::listeners`]) → services (proxy,
+//! admin listener, the mode's background services) and shutdown handling
+//! ([`crate::shutdown`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use http::Response;
-use pingora_core::apps::http_app::{HttpServer, ServeHttp};
+use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::server::configuration::ServerConf;
-use pingora_core::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
 use pingora_core::services::ServiceWithDependents;
@@ -23,10 +23,12 @@ use crate::cli::Cli;
 use crate::connections::GuardedApp;
 use crate::file_reloader::FileReloader;
 use crate::kube::backoff::ActivationBackoff;
+use crate::listeners::{Planned, Reserved};
 use crate::metrics::Metrics;
 use crate::modes;
 use crate::proxy::{Gateway, ProxySettings, SideRoutes, WindowSettings};
 use crate::ratelimit::{LimitSettings, RouteLimiter};
+use crate::shutdown::{DrainPolicy, SignalWatch};
 use crate::tenants::Tenants;
 
 /// A configured gateway, ready to run.
@@ -34,8 +36,9 @@ pub struct GatewayServer {
     server: Server,
     shutdown: Option<Box<dyn FnOnce() + Send>>,
     draining: Arc<AtomicBool>,
-    drain_delay: Duration,
-    graceful_timeout: Duration,
+    drain: DrainPolicy,
+    /// The listening addresses, held until Pingora binds them.
+    listeners: Reserved,
     /// Where models come from, for the start-up log line.
     pub source: String,
     /// The metrics the proxy records.
@@ -45,6 +48,7 @@ pub struct GatewayServer {
 /// Builds everything from the command line; fails on invalid settings or model file.
 pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     cli.validate().map_err(|e| anyhow::anyhow!(e))?;
+    let peers = crate::peers::from_cli(cli)?;
     let metrics = Metrics::new();
     let limits = LimitSettings::new(
         cli.rate_limit_enabled,
@@ -57,7 +61,18 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     let tenants = tenants(cli)?;
     let key_reloader = key_file_reloader(cli, tenants.as_ref(), &metrics);
     let mut gateway = gateway(cli, &mode, limits, side_routes.clone(), &metrics, tenants)?;
-    let peer_services = match crate::peers::from_cli(cli)? {
+    // Every setting is valid: the addresses are claimed before anything
+    // is served, and a taken one stops the start here.
+    let listeners = match crate::listeners::reserve(&planned_listeners(cli, peers.as_ref())) {
+        Ok(listeners) => listeners,
+        Err(e) => {
+            if let Some(stop) = mode.shutdown {
+                stop();
+            }
+            return Err(e.into());
+        }
+    };
+    let peer_services = match peers {
         Some(settings) => {
             let (outbox, services) = crate::peers::start(settings, mode.routes.clone(), &metrics);
             gateway = gateway.with_peers(outbox);
@@ -79,7 +94,9 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
             side_routes,
             debug_config,
         };
-        let mut svc = Service::new("flexinfer-admin".to_string(), HttpServer::new_app(admin));
+        let admin =
+            crate::connections::guarded_http(admin, cli.connection_settings(), metrics.clone());
+        let mut svc = Service::new("flexinfer-admin".to_string(), admin);
         svc.add_tcp(addr);
         server.add_service(svc);
     }
@@ -91,11 +108,26 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
         server,
         shutdown: mode.shutdown,
         draining,
-        drain_delay: cli.shutdown_drain_delay,
-        graceful_timeout: cli.graceful_shutdown_timeout,
+        drain: DrainPolicy {
+            delay: cli.shutdown_drain_delay,
+            graceful_timeout: cli.graceful_shutdown_timeout,
+        },
+        listeners,
         source: mode.source,
         metrics,
     })
+}
+
+/// Every address the gateway listens on, with what it serves.
+fn planned_listeners(cli: &Cli, peers: Option<&crate::peers::PeerSettings>) -> Vec<Planned> {
+    let mut planned = vec![Planned::new(&cli.listen, "proxy")];
+    planned.extend(
+        cli.metrics_listen
+            .iter()
+            .map(|a| Planned::new(a, "metrics")),
+    );
+    planned.extend(peers.map(|p| Planned::new(&p.listen, "routing peers")));
+    planned
 }
 
 /// The request path over `mode`'s routes and lifecycle.
@@ -123,6 +155,7 @@ fn gateway(
         key_limits: cli.key_limits(),
         route_debug_header: cli.route_debug_header,
         tenant_cache_salt: cli.tenant_cache_salt,
+        tenant_default_max_tokens: cli.tenant_default_max_tokens.max(1),
         usage_headers: cli.usage_headers,
         validate_requests: cli.validate_requests,
         max_concurrency_per_endpoint: (cli.max_concurrency_per_endpoint > 0)
@@ -250,104 +283,27 @@ fn server_conf(cli: &Cli) -> ServerConf {
 }
 
 impl GatewayServer {
-    /// Runs until SIGTERM (graceful, after the drain delay) or SIGINT (fast).
+    /// Runs until SIGTERM (graceful, after the drain delay) or SIGINT
+    /// (fast). A listener Pingora fails to bind ends the process.
     pub fn run(self) {
-        let watch = SignalWatch {
-            draining: self.draining.clone(),
-            drain_delay: self.drain_delay,
-            graceful_timeout: self.graceful_timeout,
-            stop: None,
-        };
-        self.run_with(watch);
+        crate::listeners::exit_when_a_listener_fails();
+        self.run_with(None);
     }
 
     /// Runs until `stop` is notified (used by tests), or a signal arrives.
     pub fn run_until(self, stop: Arc<Notify>) {
-        let watch = SignalWatch {
-            draining: self.draining.clone(),
-            drain_delay: self.drain_delay,
-            graceful_timeout: self.graceful_timeout,
-            stop: Some(stop),
-        };
-        self.run_with(watch);
+        self.run_with(Some(stop));
     }
 
-    fn run_with(self, watch: SignalWatch) {
+    fn run_with(self, stop: Option<Arc<Notify>>) {
+        let watch = SignalWatch::new(self.draining, self.drain, stop);
+        // Pingora binds the addresses itself from here on.
+        drop(self.listeners);
         self.server.run(RunArgs {
             shutdown_signal: Box::new(watch),
         });
         if let Some(shutdown) = self.shutdown {
             shutdown();
-        }
-    }
-}
-
-/// Turns signals into Pingora shutdown requests. SIGTERM flips `/readyz`
-/// to 503 and keeps serving while requests are in flight (streams run to
-/// their end), for up to the drain delay plus the graceful-shutdown
-/// timeout; the moment nothing is in flight it stops: an idle gateway
-/// exits at once. SIGINT stops at once, also while draining.
-struct SignalWatch {
-    draining: Arc<AtomicBool>,
-    drain_delay: Duration,
-    graceful_timeout: Duration,
-    stop: Option<Arc<Notify>>,
-}
-
-/// How often the requests in flight are counted while draining.
-const DRAIN_POLL: Duration = Duration::from_millis(25);
-
-impl SignalWatch {
-    /// Requests the proxy holds now: queued, waiting for a cold start or
-    /// being proxied.
-    fn in_flight(&self) -> usize {
-        crate::proxy::requests_in_progress()
-    }
-
-    /// Waits until nothing is in flight or `limit` passes.
-    async fn idle_within(&self, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        while self.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(DRAIN_POLL.min(limit)).await;
-        }
-    }
-}
-
-#[async_trait]
-impl ShutdownSignalWatch for SignalWatch {
-    async fn recv(&self) -> ShutdownSignal {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            std::future::pending::<()>().await;
-            return ShutdownSignal::FastShutdown;
-        };
-        let stop = self.stop.clone();
-        let test_stop = async move {
-            match stop {
-                Some(n) => n.notified().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = int.recv() => ShutdownSignal::FastShutdown,
-            _ = term.recv() => {
-                self.draining.store(true, Ordering::SeqCst);
-                tracing::info!(
-                    in_flight = self.in_flight(),
-                    drain_delay = %humantime::format_duration(self.drain_delay),
-                    graceful_timeout = %humantime::format_duration(self.graceful_timeout),
-                    "SIGTERM: draining before shutdown"
-                );
-                let drained = self.idle_within(self.drain_delay + self.graceful_timeout);
-                tokio::select! {
-                    _ = drained => ShutdownSignal::GracefulTerminate,
-                    _ = int.recv() => ShutdownSignal::FastShutdown,
-                }
-            }
-            _ = test_stop => ShutdownSignal::FastShutdown,
         }
     }
 }

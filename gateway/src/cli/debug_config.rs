@@ -110,7 +110,8 @@ impl Cli {
             "admissionEnabled": self.admission_enabled,
             "admissionSafetyMarginPercent": self.admission_safety_margin_percent.clamp(0, 50),
             "admissionDefaultMaxTokens": self.admission_default_max_tokens,
-            "shutdownDrainDelay": duration(self.shutdown_drain_delay),
+            "tenantDefaultMaxTokens": self.tenant_default_max_tokens,
+            "shutdownDrainDelay": self.shutdown_drain_delay.map(duration),
             "gracefulShutdownTimeout": duration(self.graceful_shutdown_timeout),
             "reloadInterval": duration(self.reload_interval),
             "logFormat": match self.log_format {

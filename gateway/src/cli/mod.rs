@@ -265,20 +265,33 @@ pub struct Cli {
 
     /// Add `X-Flexinfer-Route: endpoint=<pod>; strategy=<s>[; reason=<why>]` to
     /// proxied responses, naming where the request went and why (debugging;
-    /// it reveals endpoint addresses, so it is off by default). With an
-    /// API-key file, only admin keys get it: a prefix-hit reason would tell
-    /// a tenant what another one sent.
+    /// it reveals endpoint addresses, so it is off by default). When API
+    /// keys are required, only admin keys get it: a prefix-hit reason would
+    /// tell a tenant what another one sent.
     #[arg(long, env = "FLEXINFER_PROXY_ROUTE_DEBUG_HEADER", default_value_t = false, action = clap::ArgAction::Set)]
     pub route_debug_header: bool,
 
-    /// Give each tenant's chat, completion and Responses requests a
-    /// `cache_salt` of its own (vLLM's prefix-cache isolation, vLLM 0.9 and
+    /// Give each tenant's chat, completion, Responses and Messages requests
+    /// a `cache_salt` of its own (vLLM's prefix-cache isolation, vLLM 0.9 and
     /// later; other engines ignore or refuse the field), so that a prefix
     /// cache hit never tells one tenant what another sent. Cache-aware
-    /// routing then scores prefixes per tenant too. A client's own
-    /// `cache_salt` is kept as part of the tenant's.
+    /// routing then scores prefixes per tenant too. The salt is derived
+    /// from the tenant's keys, so no one without them can compute it; a
+    /// client's own `cache_salt` is kept as part of the tenant's.
     #[arg(long, env = "FLEXINFER_PROXY_TENANT_CACHE_SALT", default_value_t = false, action = clap::ArgAction::Set)]
     pub tenant_cache_salt: bool,
+
+    /// Output tokens a tenant with a token budget is charged for a chat,
+    /// completion, Responses or Messages request that sets no output limit.
+    /// The gateway then sets the request's limit to what was charged
+    /// (`max_tokens`, `max_output_tokens` for Responses; lowered to what the
+    /// tenant's budget holds), so that no answer outruns its budget.
+    #[arg(
+        long,
+        env = "FLEXINFER_PROXY_TENANT_DEFAULT_MAX_TOKENS",
+        default_value_t = 4096
+    )]
+    pub tenant_default_max_tokens: u64,
 
     /// Add `X-Flexinfer-Prompt-Tokens`, `X-Flexinfer-Finish-Reason` and
     /// `X-Flexinfer-Cached-Tokens` (when the engine reports cached tokens) to
@@ -479,12 +492,14 @@ pub struct Cli {
     #[arg(long, env = "PROXY_BACKOFF_MAX_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub backoff_max_wait: Duration,
 
-    /// After SIGTERM, /readyz answers 503 and requests in flight are
-    /// waited for, streams included, for up to this delay plus
-    /// --graceful-shutdown-timeout; the gateway exits as soon as nothing
-    /// is in flight (at once when idle).
-    #[arg(long, env = "PROXY_SHUTDOWN_DRAIN_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
-    pub shutdown_drain_delay: Duration,
+    /// After SIGTERM, /readyz answers 503 `draining` and the proxy keeps
+    /// serving for this long, even when idle, so that load balancers
+    /// polling /readyz stop sending first; then requests in flight get up
+    /// to --graceful-shutdown-timeout. Unset: no wait when idle, the
+    /// gateway exits as soon as nothing is in flight (requests in flight,
+    /// streams included, get up to 5s plus --graceful-shutdown-timeout).
+    #[arg(long, env = "PROXY_SHUTDOWN_DRAIN_DELAY", value_parser = humantime::parse_duration)]
+    pub shutdown_drain_delay: Option<Duration>,
 
     /// Longest time in-flight requests get to finish after SIGTERM, beyond
     /// the drain delay; what is still running then is cut.

@@ -24,6 +24,8 @@ pub struct GuardedApp<A> {
     limits: Arc<ConnectionLimits>,
     settings: ConnectionSettings,
     metrics: Metrics,
+    /// Whether connections count in the client-connection gauge.
+    counted: bool,
 }
 
 impl<A> GuardedApp<A> {
@@ -37,7 +39,15 @@ impl<A> GuardedApp<A> {
             )),
             settings,
             metrics,
+            counted: true,
         }
+    }
+
+    /// Leaves this listener's connections out of the client-connection
+    /// gauge (the admin and peer listeners: not API clients).
+    pub fn uncounted(mut self) -> Self {
+        self.counted = false;
+        self
     }
 }
 
@@ -77,11 +87,15 @@ where
             self.settings.max_header_bytes,
             self.metrics.header_aborts.clone(),
         );
-        self.metrics.client_connections.inc();
+        if self.counted {
+            self.metrics.client_connections.inc();
+        }
         let reused = CONNECTION
             .scope(state, self.inner.process_new(Box::new(guarded), shutdown))
             .await;
-        self.metrics.client_connections.dec();
+        if self.counted {
+            self.metrics.client_connections.dec();
+        }
         drop(permit);
         // An HTTP application serves every request of a connection in one
         // call and hands nothing back.

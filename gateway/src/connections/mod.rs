@@ -10,9 +10,11 @@
 //! that enforces the header deadline and size while a request header is
 //! awaited. The request path tells the connection when a header has been
 //! read ([`header_received`]) and when a request ended ([`request_ended`]),
-//! through a task-local: one HTTP/1 connection is one task.
+//! through a task-local: one HTTP/1 connection is one task. The gateway's
+//! other listeners (admin, peers) get the same guards ([`guarded_http`]).
 
 mod app;
+mod http_app;
 mod limits;
 mod stream;
 
@@ -21,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use app::GuardedApp;
+pub use http_app::{guarded_http, Tracked};
 pub use limits::{ConnectionLimits, Permit};
 pub use stream::GuardedStream;
 

@@ -72,6 +72,17 @@ pub struct JsonView<'a> {
     pub conversation: Option<RawJson<'a>>,
     /// Where the top-level `cache_salt` value is in the body.
     pub cache_salt: Option<Range<usize>>,
+    /// `system` (Anthropic Messages), raw.
+    pub system: Option<RawJson<'a>>,
+    /// `instructions` (Responses API), raw.
+    pub instructions: Option<RawJson<'a>>,
+    /// `tools`, raw: engines put their definitions in the prompt.
+    pub tools: Option<RawJson<'a>>,
+    /// Sequences generated per prompt: the larger of `n` and `best_of`,
+    /// when either is a plain integer.
+    pub sequences: Option<u64>,
+    /// Where the top-level `stream_options` value is in the body.
+    pub stream_options_at: Option<Range<usize>>,
     /// Offset of the body's opening `{`.
     pub open_brace: usize,
     /// The output-token limit: `max_completion_tokens`, else `max_tokens`,
@@ -180,6 +191,11 @@ struct RawFields {
     max_tokens: Option<Range<usize>>,
     max_completion_tokens: Option<Range<usize>>,
     max_output_tokens: Option<Range<usize>>,
+    system: Option<Range<usize>>,
+    instructions: Option<Range<usize>>,
+    tools: Option<Range<usize>>,
+    n: Option<Range<usize>>,
+    best_of: Option<Range<usize>>,
 }
 
 impl RawFields {
@@ -221,6 +237,11 @@ impl RawFields {
             "max_tokens" => &mut self.max_tokens,
             "max_completion_tokens" => &mut self.max_completion_tokens,
             "max_output_tokens" => &mut self.max_output_tokens,
+            "system" => &mut self.system,
+            "instructions" => &mut self.instructions,
+            "tools" => &mut self.tools,
+            "n" => &mut self.n,
+            "best_of" => &mut self.best_of,
             _ => return Ok(end),
         };
         *slot = Some(at..end);
@@ -279,10 +300,19 @@ impl RawFields {
                 .or_else(|| string(&self.context)),
             documents: raw(self.documents),
             input: raw(self.input),
-            stream_options: raw(self.stream_options),
+            stream_options: raw(self.stream_options.clone()),
             previous_response_id: raw(self.previous_response_id),
             conversation: raw(self.conversation),
             cache_salt: self.cache_salt,
+            system: raw(self.system),
+            instructions: raw(self.instructions),
+            tools: raw(self.tools),
+            sequences: [self.n, self.best_of]
+                .into_iter()
+                .flatten()
+                .filter_map(|s| text.get(s)?.parse::<u64>().ok())
+                .max(),
+            stream_options_at: self.stream_options.clone(),
             open_brace: 0,
             output_limit,
             model_slot: None,

@@ -6,14 +6,14 @@
 //! 1. the `X-Model-ID` header (trimmed, non-empty);
 //! 2. a `/model/<name>/...` path prefix, which is stripped from the path sent
 //!    upstream (`/model/<name>` alone becomes `/`, the query string is kept);
-//! 3. the top-level `model` string of a JSON body (POST with a Content-Type
-//!    containing `application/json`);
+//! 3. the top-level `model` string of a JSON body (a POST body that parses
+//!    as JSON, whatever its Content-Type, as engines read it);
 //! 4. the `model` field of a `multipart/form-data` body (POST; the value is
 //!    trimmed, the body itself is forwarded untouched).
 //!
-//! [`from_head`] answers from the request head alone, so a proxy can stream
-//! such requests without buffering; [`body_kind`] says whether buffering the
-//! body can still find the model; [`parse_json`] and [`multipart_model`] read
+//! [`from_head`] answers from the request head alone; [`body_kind`] says
+//! how a POST body is read (the proxy reads every one, since a body that
+//! names another model must be rewritten or refused); [`parse_json`] and [`multipart_model`] read
 //! it. [`extract`] runs the whole cascade for simple callers and tests.
 //!
 //! Every name is checked by [`validate_model_name`]; a bad one is a 400
@@ -86,21 +86,30 @@ pub struct Extracted {
     pub forward_path: Option<String>,
 }
 
-/// How the body of a request can name its model.
+/// How the body of a request is read.
+///
+/// Every POST body is read before it is forwarded: an engine parses a body
+/// as JSON whatever its `Content-Type` says (llama.cpp and Ollama ignore
+/// the header, FastAPI engines take no type and any `+json` type), so the
+/// gateway reads what the engine will read. The kind decides only how a
+/// body that is not JSON is answered (`docs/gateway.md`, "Request bodies").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BodyKind {
-    /// A POST with a JSON body: read it with [`parse_json`].
+    /// A POST declared as JSON (`application/json` or any
+    /// `application/*+json`): read it with [`parse_json`].
     Json,
     /// A POST with a `multipart/form-data` body: read it with [`multipart_model`].
     Multipart {
         /// The boundary from the Content-Type header.
         boundary: String,
     },
-    /// A POST without `Content-Type`: read as JSON when it parses as JSON
-    /// (as FastAPI-based engines such as vLLM do), else like
-    /// [`BodyKind::Other`].
+    /// A POST without `Content-Type`: JSON when it parses as JSON (as
+    /// FastAPI-based engines such as vLLM read it).
     Untyped,
-    /// Nothing in the body can name the model; it need not be buffered for that.
+    /// A POST declaring another type (`text/plain`, multipart without a
+    /// boundary, ...): read as JSON all the same when it parses.
+    Foreign,
+    /// Not a POST: the body is not looked at.
     Other,
 }
 
@@ -149,13 +158,14 @@ pub fn from_head(
     }
 }
 
-/// Says whether the body can name the model, and how to read it.
+/// Says how the body of a request is read.
 ///
-/// Only POST bodies are considered. A Content-Type containing
-/// `application/json` (any case) means JSON; `multipart/form-data` with a
-/// usable boundary means multipart; no Content-Type at all is
-/// [`BodyKind::Untyped`]; anything else, including multipart without a
-/// boundary, is [`BodyKind::Other`].
+/// Only POST bodies are considered. A Content-Type whose media type is
+/// `application/json` or `application/<anything>+json` (any case, any
+/// parameters) means JSON; `multipart/form-data` with a usable boundary
+/// means multipart; no Content-Type at all is [`BodyKind::Untyped`];
+/// anything else, including multipart without a boundary, is
+/// [`BodyKind::Foreign`].
 pub fn body_kind(method: &Method, headers: &HeaderMap) -> BodyKind {
     if method != Method::POST {
         return BodyKind::Other;
@@ -165,12 +175,12 @@ pub fn body_kind(method: &Method, headers: &HeaderMap) -> BodyKind {
         .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
     else {
         return if headers.contains_key(CONTENT_TYPE) {
-            BodyKind::Other
+            BodyKind::Foreign
         } else {
             BodyKind::Untyped
         };
     };
-    if contains_ignore_ascii_case(content_type, "application/json") {
+    if is_json_media_type(content_type) {
         return BodyKind::Json;
     }
     if contains_ignore_ascii_case(content_type, "multipart/form-data") {
@@ -178,7 +188,27 @@ pub fn body_kind(method: &Method, headers: &HeaderMap) -> BodyKind {
             return BodyKind::Multipart { boundary };
         }
     }
-    BodyKind::Other
+    BodyKind::Foreign
+}
+
+/// Whether a Content-Type names JSON as FastAPI reads it: the media type
+/// `application/json`, or `application/` with a `+json` suffix.
+pub fn is_json_media_type(content_type: &str) -> bool {
+    let media = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .as_bytes();
+    let Some(sub) = media
+        .get(..12)
+        .filter(|t| t.eq_ignore_ascii_case(b"application/"))
+        .map(|_| &media[12..])
+    else {
+        return false;
+    };
+    sub.eq_ignore_ascii_case(b"json")
+        || (sub.len() > 5 && sub[sub.len() - 5..].eq_ignore_ascii_case(b"+json"))
 }
 
 /// Runs the whole cascade on a request whose body, if any, is already in memory.
@@ -205,7 +235,7 @@ pub async fn extract(
         BodyKind::Multipart { boundary } => multipart_model(body.clone(), &boundary)
             .await?
             .map(|m| (m, ModelSource::Multipart)),
-        BodyKind::Untyped => parse_json(body)
+        BodyKind::Untyped | BodyKind::Foreign => parse_json(body)
             .ok()
             .and_then(|v| v.model)
             .map(|m| (m.into_owned(), ModelSource::JsonBody)),

@@ -156,7 +156,7 @@ async fn path_names_are_percent_decoded_then_validated() {
 }
 
 #[tokio::test]
-async fn json_body_is_read_only_for_post_json() {
+async fn json_body_is_read_from_any_post() {
     let body = br#"{"messages":[{"role":"user","content":"hi","model":"nested"}],"model":"m1"}"#;
     let got = run(Method::POST, "/v1/chat/completions", &json_headers(), body)
         .await
@@ -178,9 +178,17 @@ async fn json_body_is_read_only_for_post_json() {
             .unwrap_err();
         assert_eq!(e, ApiError::missing_model());
     }
+    // Another declared type: read as JSON all the same when it is JSON,
+    // since engines read it whatever the header says.
     for ct in ["text/plain", "application/x-www-form-urlencoded"] {
         let h = headers(&[("content-type", ct)]);
-        let e = run(Method::POST, "/v1/x", &h, body).await.unwrap_err();
+        assert_eq!(
+            run(Method::POST, "/v1/x", &h, body).await.unwrap().model,
+            "m1"
+        );
+        let e = run(Method::POST, "/v1/x", &h, b"model=m1")
+            .await
+            .unwrap_err();
         assert_eq!(e, ApiError::missing_model());
     }
     // Without any Content-Type a JSON body is read as JSON (as FastAPI
@@ -339,15 +347,33 @@ fn body_kind_follows_method_and_content_type() {
         BodyKind::Untyped
     );
     let no_boundary = headers(&[("content-type", "multipart/form-data")]);
-    assert_eq!(body_kind(&Method::POST, &no_boundary), BodyKind::Other);
+    assert_eq!(body_kind(&Method::POST, &no_boundary), BodyKind::Foreign);
     let mixed = headers(&[("content-type", "multipart/mixed; boundary=x")]);
-    assert_eq!(body_kind(&Method::POST, &mixed), BodyKind::Other);
+    assert_eq!(body_kind(&Method::POST, &mixed), BodyKind::Foreign);
+    for json in [
+        "application/json",
+        "Application/JSON; charset=utf-8",
+        "application/vnd.api+json",
+        " application/merge-patch+JSON ;x=y",
+    ] {
+        let h = headers(&[("content-type", json)]);
+        assert_eq!(body_kind(&Method::POST, &h), BodyKind::Json, "{json}");
+    }
+    for other in [
+        "text/plain",
+        "application/jsonl",
+        "text/json+x",
+        "application/+json",
+    ] {
+        let h = headers(&[("content-type", other)]);
+        assert_eq!(body_kind(&Method::POST, &h), BodyKind::Foreign, "{other}");
+    }
     let mut opaque = HeaderMap::new();
     opaque.insert(
         CONTENT_TYPE,
         HeaderValue::from_bytes(b"application/json\xff").unwrap(),
     );
-    assert_eq!(body_kind(&Method::POST, &opaque), BodyKind::Other);
+    assert_eq!(body_kind(&Method::POST, &opaque), BodyKind::Foreign);
 }
 
 #[test]

@@ -79,9 +79,12 @@ impl<S> Filter<S> for QuietClientAborts {
 }
 
 /// Whether a Pingora error line reports a client lost while its request
-/// header was being read.
+/// header was being read: by the proxy (`Fail to proxy: Downstream ...`)
+/// or by the admin and peer listeners (`HTTP server fails to read from
+/// downstream: ...`).
 fn is_header_abort(message: &str) -> bool {
-    message.contains("Downstream") && message.contains("while reading request headers")
+    (message.contains("Downstream") || message.contains("from downstream"))
+        && message.contains("while reading request headers")
 }
 
 /// The message and `log` target of an event.
@@ -128,6 +131,9 @@ mod tests {
     fn only_header_aborts_are_quiet() {
         assert!(is_header_abort(
             "Fail to proxy: Downstream ConnectionClosed context: while reading request headers, bytes already read: 12, downstream session type: HTTP/1.1"
+        ));
+        assert!(is_header_abort(
+            "HTTP server fails to read from downstream:  ReadError context: while reading request headers cause: Request header not received within 1s"
         ));
         assert!(!is_header_abort(
             "Fail to proxy: Upstream ConnectRefused context: Fail to connect to addr: 127.0.0.1:1"

@@ -1,5 +1,8 @@
 //! One signed HTTP exchange with a peer's listener over the gateway's
-//! pooled client connections, bounded in time and answer size.
+//! pooled client connections, bounded in time and answer size. The
+//! answer's signature is checked on its headers before its body is read:
+//! an answer that is not signed for this request is reported as such and
+//! its body left unread.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,51 +12,67 @@ use pingora_core::connectors::http::Connector;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_http::RequestHeader;
 
-use super::signature::{Signed, PEER_ID_HEADER, PEER_SIGNATURE_HEADER, PEER_TIME_HEADER};
+use super::answer;
+use super::envelope::SignedRequest;
+use super::signature::Key;
 
 /// How long an idle connection to a peer is kept for the next batch.
 const IDLE: Duration = Duration::from_secs(30);
 
 /// A peer's answer.
 #[derive(Debug)]
-pub struct Answer {
-    /// HTTP status.
-    pub status: u16,
-    /// The signature headers of the answer (id, time, signature).
-    pub signed: [Option<String>; 3],
+pub enum Answer {
+    /// Signed with the shared secret, for this very request.
+    Authentic {
+        /// HTTP status.
+        status: u16,
+        /// The answering replica instance.
+        responder: String,
+        /// The body.
+        body: Bytes,
+    },
+    /// Not signed, or not for this request: never acted upon.
+    Unauthentic {
+        /// HTTP status, as claimed.
+        status: u16,
+    },
+}
+
+/// What to send: method, path, the signed envelope and the body it signs.
+pub struct Request<'a> {
+    /// HTTP method.
+    pub method: &'a str,
+    /// Path on the peer listener.
+    pub path: &'a str,
+    /// The signature.
+    pub signed: &'a SignedRequest,
     /// The body.
     pub body: Bytes,
 }
 
-/// Sends `method path` with `body` signed as `signed` to `addr`; the whole
-/// exchange is bounded by `timeout`, the answer's body by `max_answer`.
+/// Sends `request` to `addr`; the whole exchange is bounded by `timeout`,
+/// the answer's body by `max_answer`.
 pub async fn exchange(
     connector: &Connector,
     addr: SocketAddr,
-    (method, path): (&str, &str),
-    signed: &Signed,
-    body: Bytes,
+    key: &Key,
+    request: Request<'_>,
     timeout: Duration,
     max_answer: usize,
 ) -> Result<Answer, String> {
     tokio::time::timeout(
         timeout,
-        exchange_inner(
-            connector, addr, method, path, signed, body, timeout, max_answer,
-        ),
+        exchange_inner(connector, addr, key, request, timeout, max_answer),
     )
     .await
     .map_err(|_| format!("no answer within {timeout:?}"))?
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn exchange_inner(
     connector: &Connector,
     addr: SocketAddr,
-    method: &str,
-    path: &str,
-    signed: &Signed,
-    body: Bytes,
+    key: &Key,
+    request: Request<'_>,
     timeout: Duration,
     max_answer: usize,
 ) -> Result<Answer, String> {
@@ -64,62 +83,58 @@ async fn exchange_inner(
     peer.options.idle_timeout = Some(IDLE);
     let text = |e: Box<pingora_error::Error>| e.to_string();
     let (mut session, _) = connector.get_http_session(&peer).await.map_err(text)?;
-    let mut req = RequestHeader::build(method, path.as_bytes(), None).map_err(text)?;
-    let host = addr.to_string();
-    let time = signed.time_ms.to_string();
-    let length = body.len().to_string();
-    for (name, value) in [
-        ("host", host.as_str()),
-        (PEER_ID_HEADER, signed.id.as_str()),
-        (PEER_TIME_HEADER, time.as_str()),
-        (PEER_SIGNATURE_HEADER, signed.signature.as_str()),
-        ("content-type", "application/octet-stream"),
-        ("content-length", length.as_str()),
-    ] {
+    let mut req =
+        RequestHeader::build(request.method, request.path.as_bytes(), None).map_err(text)?;
+    req.insert_header("host", addr.to_string()).map_err(text)?;
+    req.insert_header("content-type", "application/octet-stream")
+        .map_err(text)?;
+    for (name, value) in request.signed.headers() {
         req.insert_header(name, value).map_err(text)?;
     }
     session
         .write_request_header(Box::new(req))
         .await
         .map_err(text)?;
-    if !body.is_empty() {
-        session.write_request_body(body, true).await.map_err(text)?;
+    if !request.body.is_empty() {
+        session
+            .write_request_body(request.body, true)
+            .await
+            .map_err(text)?;
     }
     session.finish_request_body().await.map_err(text)?;
     session.read_response_header().await.map_err(text)?;
-    let (status, signed) = match session.response_header() {
-        Some(h) => {
-            let get = |name: &str| {
-                h.headers
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            };
-            (
-                h.status.as_u16(),
-                [
-                    get(PEER_ID_HEADER),
-                    get(PEER_TIME_HEADER),
-                    get(PEER_SIGNATURE_HEADER),
-                ],
-            )
-        }
-        None => (0, [None, None, None]),
+    let Some(header) = session.response_header() else {
+        return Err("no answer header".into());
     };
-    let mut answer = BytesMut::new();
+    let status = header.status.as_u16();
+    let get = |name: &str| header.headers.get(name).and_then(|v| v.to_str().ok());
+    let length = get("content-length").and_then(|v| v.trim().parse::<u64>().ok());
+    let Some(head) = answer::open(key, &request.signed.mac, status, get, length) else {
+        session.shutdown().await;
+        return Ok(Answer::Unauthentic { status });
+    };
+    if head.length > max_answer as u64 {
+        session.shutdown().await;
+        return Err(format!("answer larger than {max_answer} bytes"));
+    }
+    let mut body = BytesMut::with_capacity(head.length as usize);
     while let Some(chunk) = session.read_response_body().await.map_err(text)? {
-        if answer.len() + chunk.len() > max_answer {
+        if (body.len() + chunk.len()) as u64 > head.length {
             session.shutdown().await;
-            return Err(format!("answer larger than {max_answer} bytes"));
+            return Ok(Answer::Unauthentic { status });
         }
-        answer.extend_from_slice(&chunk);
+        body.extend_from_slice(&chunk);
+    }
+    if !head.matches(&body) {
+        session.shutdown().await;
+        return Ok(Answer::Unauthentic { status });
     }
     connector
         .release_http_session(session, &peer, Some(IDLE))
         .await;
-    Ok(Answer {
+    Ok(Answer::Authentic {
         status,
-        signed,
-        body: answer.freeze(),
+        responder: head.responder,
+        body: body.freeze(),
     })
 }

@@ -17,8 +17,12 @@ pub struct PeerMetrics {
     /// its queue is full).
     pub batches: IntCounterVec,
     /// Requests received from peers by result: `accepted`,
-    /// `unauthorized`, `malformed`, `self`.
+    /// `unauthorized`, `malformed`, `self`, `busy`, `not_found`.
     pub received: IntCounterVec,
+    /// Peer messages refused, by reason: the receiver's
+    /// ([`super::refusal::Refusal::reason`]) and, on the sender's side,
+    /// `unsigned_answer` (an answer not signed for its request, ignored).
+    pub rejected: IntCounterVec,
     /// Snapshots by result: `served`, `applied`, `failed`.
     pub snapshots: IntCounterVec,
     /// Peers currently known (resolved and not this replica).
@@ -59,8 +63,13 @@ impl PeerMetrics {
             ),
             received: counter(
                 "flexinfer_proxy_routing_peer_requests_total",
-                "Requests received from peers, by result: accepted, unauthorized, malformed, self.",
+                "Requests received from peers, by result: accepted, unauthorized, malformed, self, busy, not_found.",
                 &["result"],
+            ),
+            rejected: counter(
+                "flexinfer_proxy_routing_peer_rejected_total",
+                "Peer messages refused, by reason: not_found, old_protocol, no_length, too_large, unsigned, stale, bad_signature, wrong_receiver, replayed, self, busy, body_timeout, body_mismatch, unreadable, malformed (requests received); unsigned_answer (answers the sender ignored).",
+                &["reason"],
             ),
             snapshots: counter(
                 "flexinfer_proxy_routing_peer_snapshots_total",

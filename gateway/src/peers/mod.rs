@@ -10,36 +10,50 @@
 //! slow or dead peer only loses its own batches. The receiving replica
 //! ([`receiver`], on its own listener) checks the signature and touches the
 //! same blocks in its index, without publishing them again. A replica that
-//! starts, or sees a peer again after failures, pulls that peer's whole
-//! index (a signed snapshot, the same [`codec`]).
+//! starts, or sees a peer again after failures, asks the peer which
+//! instance it is (`hello`) and pulls its whole index (a signed snapshot,
+//! the same [`codec`]).
 //!
-//! Records are idempotent and commute up to LRU order, so replicas
+//! The blocks are idempotent and commute up to LRU order, so replicas
 //! converge on the same picture without coordination; a lost record costs
-//! at most a cache miss. In-flight counts stay per replica: the engines'
-//! own queue, which every replica scrapes, is the load they share.
+//! at most a cache miss. Pick counts add up, so every request is accepted
+//! at most once: each carries its sender instance's sequence number and is
+//! addressed to one receiver instance, both signed ([`envelope`],
+//! [`replay`]), and answers are signed for the request they answer
+//! ([`answer`]). In-flight counts stay per replica: the engines' own
+//! queue, which every replica scrapes, is the load they share.
 
+pub mod answer;
 pub mod codec;
+pub mod envelope;
 mod link;
 mod metrics;
 pub mod outbox;
 pub mod receiver;
+pub mod refusal;
+pub mod replay;
 pub mod service;
 pub mod signature;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 pub use metrics::PeerMetrics;
 pub use outbox::Outbox;
 
+use crate::connections::ConnectionSettings;
 use crate::registry::{ModelRegistry, Resolved};
 use codec::{EndpointBlocks, ModelBlocks};
+use replay::{Rejected, ReplayGuard};
 use signature::Key;
 
+/// Path where a replica names its instance.
+pub const HELLO_PATH: &str = "/peer/v2/hello";
 /// Path of record batches on the peer listener.
-pub const RECORDS_PATH: &str = "/peer/v1/records";
+pub const RECORDS_PATH: &str = "/peer/v2/records";
 /// Path of the snapshot on the peer listener.
-pub const SNAPSHOT_PATH: &str = "/peer/v1/snapshot";
+pub const SNAPSHOT_PATH: &str = "/peer/v2/snapshot";
 
 /// Largest record batch accepted, in bytes.
 pub const MAX_RECORDS_BYTES: usize = 8 * 1024 * 1024;
@@ -67,11 +81,14 @@ pub struct PeerSettings {
     pub refresh: Duration,
     /// Records queued on the request path before new ones are dropped.
     pub queue: usize,
+    /// The limits of the listener's connections (those of the proxy port);
+    /// a request body must also arrive within the header timeout.
+    pub connections: ConnectionSettings,
 }
 
 /// What the outbox, the sender and the receiver of one replica share.
 pub struct Node {
-    /// This replica's id.
+    /// This replica instance's id.
     pub id: String,
     /// The shared secret.
     pub key: Key,
@@ -79,6 +96,10 @@ pub struct Node {
     pub registry: Arc<dyn ModelRegistry>,
     /// The series.
     pub metrics: PeerMetrics,
+    /// The last sequence number this instance sent.
+    seq: AtomicU64,
+    /// The sequence numbers received, per sender instance.
+    replay: Mutex<ReplayGuard>,
 }
 
 /// What merging some records did, in blocks.
@@ -91,6 +112,37 @@ pub struct Merged {
 }
 
 impl Node {
+    /// The node of the replica instance `id`.
+    pub fn new(
+        id: String,
+        key: Key,
+        registry: Arc<dyn ModelRegistry>,
+        metrics: PeerMetrics,
+    ) -> Self {
+        Node {
+            id,
+            key,
+            registry,
+            metrics,
+            seq: AtomicU64::new(0),
+            replay: Mutex::new(ReplayGuard::default()),
+        }
+    }
+
+    /// The sequence number of this instance's next request (from 1).
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Accepts `sender`'s request number `seq` unless it was accepted
+    /// before ([`ReplayGuard::admit`]).
+    pub fn admit(&self, sender: &str, seq: u64, time_ms: u64, now_ms: u64) -> Result<(), Rejected> {
+        self.replay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .admit(sender, seq, time_ms, now_ms)
+    }
+
     /// The route of the canonical name `model`.
     fn route(&self, model: &str) -> Option<Resolved> {
         self.registry
@@ -170,7 +222,10 @@ impl Node {
     }
 }
 
-/// A replica id: `base` (pod or host name) and a random suffix.
+/// A replica instance id: `base` (pod or host name) and a random 64-bit
+/// suffix, new at every start, so that a restarted replica is a new sender
+/// (its sequence numbers start again) and a new receiver (requests
+/// addressed to its previous instance are refused).
 pub fn replica_id(base: Option<&str>) -> String {
     let base = base
         .map(str::to_owned)
@@ -181,7 +236,7 @@ pub fn replica_id(base: Option<&str>) -> String {
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
         .take(63)
         .collect();
-    format!("{base}-{:08x}", rand::random::<u32>())
+    format!("{base}-{:016x}", rand::random::<u64>())
 }
 
 /// The request path's outbox and the services (peer listener, sender) of
@@ -194,21 +249,22 @@ pub fn start(
     Arc<Outbox>,
     Vec<Box<dyn pingora_core::services::ServiceWithDependents>>,
 ) {
-    use pingora_core::apps::http_app::HttpServer;
     use pingora_core::services::background::background_service;
     use pingora_core::services::listening::Service;
 
+    let gateway_metrics = metrics.clone();
     let metrics = PeerMetrics::new(metrics.registry());
-    let node = Arc::new(Node {
-        id: settings.id.clone(),
-        key: Key::new(&settings.secret),
+    let node = Arc::new(Node::new(
+        settings.id.clone(),
+        Key::new(&settings.secret),
         registry,
-        metrics: metrics.clone(),
-    });
+        metrics.clone(),
+    ));
     let (outbox, rx) = Outbox::new(settings.queue, &metrics);
+    let app = receiver::PeerApp::new(Arc::clone(&node), settings.connections.header_timeout);
     let mut listener = Service::new(
         "flexinfer-routing-peers".to_string(),
-        HttpServer::new_app(receiver::PeerApp::new(Arc::clone(&node))),
+        crate::connections::guarded_http(app, settings.connections, gateway_metrics),
     );
     listener.add_tcp(&settings.listen);
     tracing::info!(
@@ -267,5 +323,6 @@ pub fn from_cli(cli: &crate::cli::Cli) -> anyhow::Result<Option<PeerSettings>> {
         timeout: cli.routing_peer_timeout,
         refresh: cli.routing_peer_refresh.max(Duration::from_millis(100)),
         queue: 4096,
+        connections: cli.connection_settings(),
     }))
 }

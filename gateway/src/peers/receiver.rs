@@ -1,158 +1,479 @@
-//! The peer listener: `POST /peer/v1/records` merges a peer's batch,
-//! `GET /peer/v1/snapshot` answers this replica's whole index. Both need a
-//! valid signature ([`super::signature`]); anything else is 401 (bad or
-//! missing signature, stale time), 409 (this replica's own id: the peer
-//! list names this replica), 400, 404 or 413, and changes nothing.
+//! The peer listener: `GET /peer/v2/hello` names this replica instance,
+//! `POST /peer/v2/records` merges a peer's batch, `GET /peer/v2/snapshot`
+//! answers this replica's whole index.
+//!
+//! Everything that can be checked on the header is checked before a byte
+//! of body is read: the path, the framing (a `Content-Length` within the
+//! path's limit, no `Transfer-Encoding`), the signature
+//! ([`super::envelope`]), the time window, the addressed instance and the
+//! sender instance's sequence number ([`super::replay`]). Only then is the
+//! body read, bounded in size and time, and checked against the signed
+//! hash. A refusal is an OpenAI-style JSON error ([`Refusal`]) and changes
+//! nothing; answers to requests whose signature verified are signed
+//! ([`super::answer`]), others are not.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::BytesMut;
 use http::Response;
 use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
+use pingora_http::RequestHeader;
 
-use super::signature::{now_ms, PEER_ID_HEADER, PEER_SIGNATURE_HEADER, PEER_TIME_HEADER};
-use super::{codec, Node, MAX_RECORDS_BYTES, RECORDS_PATH, SNAPSHOT_PATH};
+use super::envelope::SignedRequest;
+use super::refusal::Refusal;
+use super::replay::Rejected;
+use super::signature::{now_ms, sha256};
+use super::{answer, codec, Node, HELLO_PATH, MAX_RECORDS_BYTES, RECORDS_PATH, SNAPSHOT_PATH};
+
+/// The paths served, with the body each allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Hello,
+    Records,
+    Snapshot,
+}
+
+impl Route {
+    fn of(method: &str, path: &str) -> Result<Route, Refusal> {
+        match (method, path) {
+            ("GET", HELLO_PATH) => Ok(Route::Hello),
+            ("POST", RECORDS_PATH) => Ok(Route::Records),
+            ("GET", SNAPSHOT_PATH) => Ok(Route::Snapshot),
+            (_, path) if path.starts_with("/peer/v1/") => Err(Refusal::OldProtocol),
+            _ => Err(Refusal::NotFound),
+        }
+    }
+
+    fn max_body(self) -> u64 {
+        match self {
+            Route::Records => MAX_RECORDS_BYTES as u64,
+            Route::Hello | Route::Snapshot => 0,
+        }
+    }
+}
+
+/// A request refused, with the MAC of its request when its signature
+/// verified (the answer is then signed).
+type Refused = (Refusal, Option<[u8; 32]>);
 
 /// The peer listener's application.
 pub struct PeerApp {
     node: Arc<Node>,
+    body_timeout: Duration,
 }
 
 impl PeerApp {
-    /// Serves `node`'s index to its peers.
-    pub fn new(node: Arc<Node>) -> Self {
-        PeerApp { node }
+    /// Serves `node`'s index to its peers; a request body must arrive
+    /// within `body_timeout` of its header.
+    pub fn new(node: Arc<Node>, body_timeout: Duration) -> Self {
+        PeerApp { node, body_timeout }
     }
-}
-
-fn answer(status: u16, body: &'static str) -> Response<Vec<u8>> {
-    Response::builder()
-        .status(status)
-        .header(http::header::CONTENT_TYPE, "text/plain")
-        .header(http::header::CONTENT_LENGTH, body.len())
-        .body(body.as_bytes().to_vec())
-        .unwrap_or_default()
 }
 
 #[async_trait]
 impl ServeHttp for PeerApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let req = session.req_header();
-        let method = req.method.as_str().to_owned();
-        let path = req.uri.path().to_owned();
-        let get = |name: &str| {
-            req.headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let signed = [
-            get(PEER_ID_HEADER),
-            get(PEER_TIME_HEADER),
-            get(PEER_SIGNATURE_HEADER),
-        ];
-        let declared = get("content-length").and_then(|v| v.trim().parse::<usize>().ok());
-        let received = &self.node.metrics.received;
-        match (method.as_str(), path.as_str()) {
-            ("POST", RECORDS_PATH) | ("GET", SNAPSHOT_PATH) => {}
-            _ => return answer(404, "not found"),
+        match self.serve(session).await {
+            Ok(answer) => answer,
+            Err((refusal, request)) => self.refuse(session, refusal, request.as_ref()),
         }
-        if declared.is_some_and(|n| n > MAX_RECORDS_BYTES) {
-            received.with_label_values(&["malformed"]).inc();
-            return answer(413, "too large");
-        }
-        let mut body = BytesMut::new();
-        loop {
-            match session.read_request_body().await {
-                Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_RECORDS_BYTES => {
-                    body.extend_from_slice(&chunk)
-                }
-                Ok(Some(_)) => {
-                    received.with_label_values(&["malformed"]).inc();
-                    return answer(413, "too large");
-                }
-                Ok(None) => break,
-                Err(_) => {
-                    received.with_label_values(&["malformed"]).inc();
-                    return answer(400, "unreadable body");
-                }
-            }
-        }
-        let headers = [
-            signed[0].as_deref(),
-            signed[1].as_deref(),
-            signed[2].as_deref(),
-        ];
-        let sender = match self
-            .node
-            .key
-            .verify(&method, &path, headers, &body, now_ms())
-        {
-            Ok(sender) => sender,
-            Err(refused) => {
-                received.with_label_values(&["unauthorized"]).inc();
-                tracing::debug!(%refused, path, "peer request refused");
-                return answer(401, "unauthorized");
-            }
-        };
-        if sender == self.node.id {
-            received.with_label_values(&["self"]).inc();
-            return answer(409, "this is the sender");
-        }
-        let bytes = &self.node.metrics.bytes;
-        if path == SNAPSHOT_PATH {
-            received.with_label_values(&["accepted"]).inc();
-            return self.snapshot();
-        }
-        let models = match codec::decode(&body) {
-            Ok(models) => models,
-            Err(e) => {
-                received.with_label_values(&["malformed"]).inc();
-                tracing::debug!(error = %e, sender, "malformed peer records");
-                return answer(400, "malformed records");
-            }
-        };
-        received.with_label_values(&["accepted"]).inc();
-        bytes
-            .with_label_values(&["received", "records"])
-            .inc_by(body.len() as u64);
-        self.node.merge(&models);
-        Response::builder()
-            .status(204)
-            .header(http::header::CONTENT_LENGTH, 0)
-            .body(Vec::new())
-            .unwrap_or_default()
     }
 }
 
 impl PeerApp {
+    async fn serve(&self, session: &mut ServerSession) -> Result<Response<Vec<u8>>, Refused> {
+        let (route, signed) = self.check_head(session.req_header())?;
+        let mac = signed.mac;
+        let body = self
+            .read_body(session, signed.envelope.length as usize)
+            .await
+            .map_err(|r| (r, Some(mac)))?;
+        if sha256(&body) != signed.envelope.body_sha256 {
+            return Err((Refusal::BodyMismatch, Some(mac)));
+        }
+        let metrics = &self.node.metrics;
+        match route {
+            Route::Hello => {}
+            Route::Snapshot => return Ok(self.snapshot(&mac)),
+            Route::Records => {
+                let models = codec::decode(&body).map_err(|e| {
+                    tracing::debug!(error = %e, sender = %signed.envelope.sender, "malformed peer records");
+                    (Refusal::Malformed, Some(mac))
+                })?;
+                metrics
+                    .bytes
+                    .with_label_values(&["received", "records"])
+                    .inc_by(body.len() as u64);
+                self.node.merge(&models);
+            }
+        }
+        metrics.received.with_label_values(&["accepted"]).inc();
+        let status = if route == Route::Hello { 200 } else { 204 };
+        Ok(self.reply(status, "application/octet-stream", Vec::new(), Some(&mac)))
+    }
+
+    /// Every check that needs no body; accepts the sequence number.
+    fn check_head(&self, req: &RequestHeader) -> Result<(Route, SignedRequest), Refused> {
+        let method = req.method.as_str();
+        let path = req.uri.path();
+        let route = Route::of(method, path).map_err(|r| (r, None))?;
+        let length = declared_length(req, route).map_err(|r| (r, None))?;
+        let get = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
+        let signed = SignedRequest::parse(get, length).map_err(|r| (r, None))?;
+        let now = now_ms();
+        signed
+            .verify(&self.node.key, (method, path), now)
+            .map_err(|r| (r, None))?;
+        let signed_refusal = |r: Refusal| (r, Some(signed.mac));
+        let envelope = &signed.envelope;
+        if route != Route::Hello {
+            if envelope.receiver != self.node.id {
+                return Err(signed_refusal(Refusal::WrongReceiver));
+            }
+            if envelope.sender == self.node.id {
+                return Err(signed_refusal(Refusal::Myself));
+            }
+        }
+        self.node
+            .admit(&envelope.sender, envelope.seq, envelope.time_ms, now)
+            .map_err(|rejected| {
+                signed_refusal(match rejected {
+                    Rejected::Replayed => Refusal::Replayed,
+                    Rejected::Full => Refusal::Busy,
+                })
+            })?;
+        Ok((route, signed))
+    }
+
+    /// The body, which declared `length` bytes, read within the deadline.
+    async fn read_body(
+        &self,
+        session: &mut ServerSession,
+        length: usize,
+    ) -> Result<BytesMut, Refusal> {
+        let mut body = BytesMut::with_capacity(length);
+        if length == 0 {
+            return Ok(body);
+        }
+        let deadline = tokio::time::Instant::now() + self.body_timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, session.read_request_body()).await {
+                Err(_) => return Err(Refusal::BodyTimeout),
+                Ok(Err(_)) => return Err(Refusal::Unreadable),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(chunk))) if body.len() + chunk.len() <= length => {
+                    body.extend_from_slice(&chunk)
+                }
+                Ok(Ok(Some(_))) => return Err(Refusal::BodyMismatch),
+            }
+        }
+        if body.len() != length {
+            return Err(Refusal::BodyMismatch);
+        }
+        Ok(body)
+    }
+
     /// The signed snapshot of every model's index.
-    fn snapshot(&self) -> Response<Vec<u8>> {
+    fn snapshot(&self, request: &[u8; 32]) -> Response<Vec<u8>> {
         let (body, _) = codec::encode(&self.node.snapshot());
-        let signed = self
-            .node
-            .key
-            .sign("SNAPSHOT", SNAPSHOT_PATH, &self.node.id, &body);
-        self.node
-            .metrics
-            .snapshots
-            .with_label_values(&["served"])
-            .inc();
-        self.node
-            .metrics
+        let metrics = &self.node.metrics;
+        metrics.received.with_label_values(&["accepted"]).inc();
+        metrics.snapshots.with_label_values(&["served"]).inc();
+        metrics
             .bytes
             .with_label_values(&["sent", "snapshot"])
             .inc_by(body.len() as u64);
-        Response::builder()
-            .status(200)
-            .header(http::header::CONTENT_TYPE, "application/octet-stream")
-            .header(http::header::CONTENT_LENGTH, body.len())
-            .header(PEER_ID_HEADER, signed.id)
-            .header(PEER_TIME_HEADER, signed.time_ms)
-            .header(PEER_SIGNATURE_HEADER, signed.signature)
-            .body(body)
-            .unwrap_or_default()
+        self.reply(200, "application/octet-stream", body, Some(request))
+    }
+
+    /// Answers `refusal`, signed when the request's signature verified. A
+    /// body not read yet stays unread: the connection closes after the
+    /// answer.
+    fn refuse(
+        &self,
+        session: &mut ServerSession,
+        refusal: Refusal,
+        request: Option<&[u8; 32]>,
+    ) -> Response<Vec<u8>> {
+        let metrics = &self.node.metrics;
+        metrics.received.with_label_values(&[refusal.class()]).inc();
+        metrics
+            .rejected
+            .with_label_values(&[refusal.reason()])
+            .inc();
+        let client = session.client_addr().map(ToString::to_string);
+        tracing::debug!(
+            reason = refusal.reason(),
+            client = client.as_deref().unwrap_or("-"),
+            path = session.req_header().uri.path(),
+            "peer request refused"
+        );
+        if !session.is_body_done() {
+            session.set_keepalive(None);
+        }
+        let err = refusal.error();
+        let mut answer = self.reply(err.status, "application/json", err.body(), request);
+        if let Some(secs) = err.retry_after {
+            if let Ok(value) = http::HeaderValue::from_str(&secs.to_string()) {
+                answer
+                    .headers_mut()
+                    .insert(http::header::RETRY_AFTER, value);
+            }
+        }
+        answer
+    }
+
+    /// An answer, signed for the request whose MAC is `request` if any.
+    fn reply(
+        &self,
+        status: u16,
+        content_type: &str,
+        body: Vec<u8>,
+        request: Option<&[u8; 32]>,
+    ) -> Response<Vec<u8>> {
+        let mut builder = Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header(http::header::CONTENT_LENGTH, body.len());
+        if let Some(request) = request {
+            let node = &self.node;
+            for (name, value) in answer::seal(&node.key, request, status, &node.id, &body) {
+                builder = builder.header(name, value);
+            }
+        }
+        builder.body(body).unwrap_or_default()
+    }
+}
+
+/// The body length a request declares: its `Content-Length`, within the
+/// route's limit. A `Transfer-Encoding` (chunked) or a records post
+/// without a length is refused: the signature covers the length.
+fn declared_length(req: &RequestHeader, route: Route) -> Result<u64, Refusal> {
+    if req.headers.contains_key(http::header::TRANSFER_ENCODING) {
+        return Err(Refusal::LengthRequired);
+    }
+    let mut values = req.headers.get_all(http::header::CONTENT_LENGTH).iter();
+    let length = match (values.next(), values.next()) {
+        (None, _) if route == Route::Records => return Err(Refusal::LengthRequired),
+        (None, _) => 0,
+        (Some(value), None) => value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or(Refusal::LengthRequired)?,
+        (Some(_), Some(_)) => return Err(Refusal::LengthRequired),
+    };
+    if length > route.max_body() {
+        return Err(Refusal::TooLarge);
+    }
+    Ok(length)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::signature::{Key, MAX_SKEW};
+    use crate::peers::PeerMetrics;
+    use crate::registry::{ListedModel, ModelRegistry, Resolved};
+
+    fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> RequestHeader {
+        let mut req = RequestHeader::build(method, path.as_bytes(), None).unwrap();
+        for (name, value) in headers {
+            req.append_header(name.to_string(), *value).unwrap();
+        }
+        req
+    }
+
+    struct NoModels;
+
+    impl ModelRegistry for NoModels {
+        fn resolve(&self, _: &str) -> Option<Resolved> {
+            None
+        }
+        fn list(&self) -> Vec<ListedModel> {
+            Vec::new()
+        }
+    }
+
+    const SECRET: &[u8] = b"0123456789abcdef-shared";
+
+    fn app(id: &str) -> PeerApp {
+        let metrics = PeerMetrics::new(&prometheus::Registry::new());
+        let node = Node::new(id.into(), Key::new(SECRET), Arc::new(NoModels), metrics);
+        PeerApp::new(Arc::new(node), Duration::from_secs(1))
+    }
+
+    /// `signed`'s request as the listener reads it.
+    fn header_of(method: &str, path: &str, signed: &SignedRequest) -> RequestHeader {
+        let headers = signed.headers();
+        let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        request(method, path, &pairs)
+    }
+
+    fn check(app: &PeerApp, req: &RequestHeader) -> Result<Route, Refusal> {
+        app.check_head(req)
+            .map(|(route, _)| route)
+            .map_err(|(r, _)| r)
+    }
+
+    #[test]
+    fn a_request_is_accepted_once_and_only_by_the_instance_it_names() {
+        let app = app("replica-b-1");
+        let key = Key::new(SECRET);
+        let route = ("POST", RECORDS_PATH);
+        let signed = SignedRequest::new(&key, route, ("replica-a", "replica-b-1"), 1, b"body");
+        let req = header_of("POST", RECORDS_PATH, &signed);
+        assert_eq!(check(&app, &req), Ok(Route::Records));
+        // The same request again, from anyone: replayed, and answered
+        // signed (the sender may trust it).
+        let refused = app.check_head(&req).unwrap_err();
+        assert_eq!(refused, (Refusal::Replayed, Some(signed.mac)));
+        // The next number is fresh; an older one overtaken is too.
+        for seq in [3, 2] {
+            let next = SignedRequest::new(&key, route, ("replica-a", "replica-b-1"), seq, b"x");
+            assert_eq!(
+                check(&app, &header_of("POST", RECORDS_PATH, &next)),
+                Ok(Route::Records)
+            );
+        }
+        // A restarted receiver is another instance: what was addressed to
+        // the previous one is refused, replays included.
+        let restarted = self::app("replica-b-2");
+        assert_eq!(check(&restarted, &req), Err(Refusal::WrongReceiver));
+        // A restarted sender is another instance: its numbers start again.
+        let again = SignedRequest::new(&key, route, ("replica-a-2", "replica-b-1"), 1, b"body");
+        assert_eq!(
+            check(&app, &header_of("POST", RECORDS_PATH, &again)),
+            Ok(Route::Records)
+        );
+    }
+
+    #[test]
+    fn unsigned_stale_forged_and_own_requests_are_refused_before_the_body() {
+        let app = app("replica-b");
+        let key = Key::new(SECRET);
+        let route = ("POST", RECORDS_PATH);
+        let body = b"body";
+        // Unsigned, with or without an oversized declared body.
+        let bare = request("POST", RECORDS_PATH, &[("content-length", "4")]);
+        assert_eq!(
+            app.check_head(&bare).unwrap_err(),
+            (Refusal::Unsigned, None)
+        );
+        let huge = (MAX_RECORDS_BYTES + 1).to_string();
+        let bare = request("POST", RECORDS_PATH, &[("content-length", &huge)]);
+        assert_eq!(check(&app, &bare), Err(Refusal::TooLarge));
+        // Another key.
+        let forged = SignedRequest::new(
+            &Key::new(b"not-the-shared-secret"),
+            route,
+            ("replica-a", "replica-b"),
+            1,
+            body,
+        );
+        let req = header_of("POST", RECORDS_PATH, &forged);
+        assert_eq!(
+            app.check_head(&req).unwrap_err(),
+            (Refusal::BadSignature, None)
+        );
+        // Stale.
+        let mut envelope =
+            SignedRequest::new(&key, route, ("replica-a", "replica-b"), 1, body).envelope;
+        envelope.time_ms -= MAX_SKEW.as_millis() as u64 + 1_000;
+        let stale = SignedRequest::sign(&key, route, envelope);
+        assert_eq!(
+            check(&app, &header_of("POST", RECORDS_PATH, &stale)),
+            Err(Refusal::Stale)
+        );
+        // Signed for another path.
+        let snapshot = SignedRequest::new(
+            &key,
+            ("GET", SNAPSHOT_PATH),
+            ("replica-a", "replica-b"),
+            2,
+            b"",
+        );
+        assert_eq!(
+            check(&app, &header_of("GET", HELLO_PATH, &snapshot)),
+            Err(Refusal::BadSignature)
+        );
+        // This replica's own id.
+        let own = SignedRequest::new(&key, route, ("replica-b", "replica-b"), 1, body);
+        assert_eq!(
+            check(&app, &header_of("POST", RECORDS_PATH, &own)),
+            Err(Refusal::Myself)
+        );
+        // None of these used up a sequence number.
+        let fine = SignedRequest::new(&key, route, ("replica-a", "replica-b"), 1, body);
+        assert_eq!(
+            check(&app, &header_of("POST", RECORDS_PATH, &fine)),
+            Ok(Route::Records)
+        );
+        // Hello needs no receiver, and answers this replica itself.
+        let hello = SignedRequest::new(&key, ("GET", HELLO_PATH), ("replica-b", ""), 9, b"");
+        assert_eq!(
+            check(&app, &header_of("GET", HELLO_PATH, &hello)),
+            Ok(Route::Hello)
+        );
+    }
+
+    #[test]
+    fn routes_and_old_paths() {
+        assert_eq!(Route::of("GET", HELLO_PATH), Ok(Route::Hello));
+        assert_eq!(Route::of("POST", RECORDS_PATH), Ok(Route::Records));
+        assert_eq!(Route::of("GET", SNAPSHOT_PATH), Ok(Route::Snapshot));
+        assert_eq!(Route::of("GET", RECORDS_PATH), Err(Refusal::NotFound));
+        assert_eq!(
+            Route::of("POST", "/peer/v1/records"),
+            Err(Refusal::OldProtocol)
+        );
+        assert_eq!(
+            Route::of("GET", "/peer/v1/snapshot"),
+            Err(Refusal::OldProtocol)
+        );
+        assert_eq!(Route::of("GET", "/metrics"), Err(Refusal::NotFound));
+    }
+
+    #[test]
+    fn lengths_are_declared_and_bounded_before_any_body_is_read() {
+        let post = |headers: &[(&str, &str)]| {
+            declared_length(&request("POST", RECORDS_PATH, headers), Route::Records)
+        };
+        assert_eq!(post(&[("content-length", "10")]), Ok(10));
+        let max = MAX_RECORDS_BYTES.to_string();
+        assert_eq!(
+            post(&[("content-length", &max)]),
+            Ok(MAX_RECORDS_BYTES as u64)
+        );
+        let over = (MAX_RECORDS_BYTES + 1).to_string();
+        assert_eq!(post(&[("content-length", &over)]), Err(Refusal::TooLarge));
+        assert_eq!(post(&[]), Err(Refusal::LengthRequired));
+        assert_eq!(
+            post(&[("transfer-encoding", "chunked")]),
+            Err(Refusal::LengthRequired)
+        );
+        assert_eq!(
+            post(&[("content-length", "10"), ("transfer-encoding", "chunked")]),
+            Err(Refusal::LengthRequired)
+        );
+        assert_eq!(
+            post(&[("content-length", "10"), ("content-length", "10")]),
+            Err(Refusal::LengthRequired)
+        );
+        assert_eq!(
+            post(&[("content-length", "-1")]),
+            Err(Refusal::LengthRequired)
+        );
+        let get = |headers: &[(&str, &str)]| {
+            declared_length(&request("GET", SNAPSHOT_PATH, headers), Route::Snapshot)
+        };
+        assert_eq!(get(&[]), Ok(0));
+        assert_eq!(get(&[("content-length", "0")]), Ok(0));
+        assert_eq!(get(&[("content-length", "1")]), Err(Refusal::TooLarge));
     }
 }

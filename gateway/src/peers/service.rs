@@ -1,9 +1,12 @@
 //! The sender: resolves the peer names, batches the outbox every flush
 //! interval, and keeps one link task per peer that posts its batches in
-//! order and pulls the peer's snapshot when it first reaches it and after
-//! each recovery. Each link has its own short queue: a peer that is slow
-//! or down loses its own batches (counted), never anyone else's, and
-//! nothing here is on the request path.
+//! order and, when it first reaches the peer and after each recovery, asks
+//! which instance the peer is (`hello`) and pulls its snapshot. Each link
+//! has its own short queue: a peer that is slow or down loses its own
+//! batches (counted), never anyone else's, and nothing here is on the
+//! request path. Only answers signed for their request are acted upon: an
+//! unsigned or forged answer (a `409` from a neighbour) counts as a failed
+//! exchange, never as "this peer is myself".
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -18,9 +21,13 @@ use pingora_core::services::background::BackgroundService;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::envelope::SignedRequest;
+use super::link::{self, Answer};
 use super::outbox::{Batch, Record};
-use super::signature::now_ms;
-use super::{codec, link, Node, PeerSettings, MAX_SNAPSHOT_BYTES, RECORDS_PATH, SNAPSHOT_PATH};
+use super::signature::{now_ms, sha256, Envelope};
+use super::{
+    codec, Node, PeerSettings, HELLO_PATH, MAX_SNAPSHOT_BYTES, RECORDS_PATH, SNAPSHOT_PATH,
+};
 
 /// Batches queued per peer before new ones are skipped for it.
 const LINK_QUEUE: usize = 16;
@@ -53,9 +60,16 @@ impl Sender {
     }
 }
 
+/// A batch body and its SHA-256, computed once for every peer.
+#[derive(Clone)]
+struct Body {
+    bytes: Bytes,
+    sha256: [u8; 32],
+}
+
 /// One peer's link task and queue; the task stops when this is dropped.
 struct Link {
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Body>,
     task: JoinHandle<()>,
 }
 
@@ -93,14 +107,15 @@ impl BackgroundService for Sender {
                     for addr in addrs.into_iter().filter(|a| !selves.contains(a)) {
                         links.entry(addr).or_insert_with(|| {
                             let (tx, rx) = mpsc::channel(LINK_QUEUE);
-                            let task = tokio::spawn(run_link(
-                                Arc::clone(&self.node),
-                                Arc::clone(&connector),
+                            let peer = Peer {
+                                node: Arc::clone(&self.node),
+                                connector: Arc::clone(&connector),
                                 addr,
-                                self.settings.timeout,
-                                rx,
-                                selves_tx.clone(),
-                            ));
+                                timeout: self.settings.timeout,
+                                receiver: String::new(),
+                                told_old: false,
+                            };
+                            let task = tokio::spawn(run_link(peer, rx, selves_tx.clone()));
                             Link { tx, task }
                         });
                     }
@@ -117,7 +132,10 @@ impl BackgroundService for Sender {
                         continue;
                     }
                     let (body, _) = codec::encode(&batch.take());
-                    let body = Bytes::from(body);
+                    let body = Body {
+                        sha256: sha256(&body),
+                        bytes: Bytes::from(body),
+                    };
                     let batches = &self.node.metrics.batches;
                     for link in links.values() {
                         if link.tx.try_send(body.clone()).is_err() {
@@ -150,49 +168,62 @@ async fn resolve(names: &[String]) -> HashSet<SocketAddr> {
 }
 
 /// What an exchange with a peer came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Ok,
-    /// The peer is this replica.
+    /// The peer is this replica (said by an answer signed for the request).
     Itself,
+    /// The peer is another instance than the one addressed (it restarted):
+    /// say hello again, at once.
+    Relink,
     Failed,
 }
 
-/// One peer: pulls its snapshot, then posts the batches queued for it in
-/// order. After a failure the peer is left alone for a backoff (its
-/// batches meanwhile are skipped), and its snapshot is pulled again once it
-/// answers, so that what either side missed is made up.
-async fn run_link(
+/// One peer as its link sees it.
+struct Peer {
     node: Arc<Node>,
     connector: Arc<Connector>,
     addr: SocketAddr,
     timeout: Duration,
-    mut rx: mpsc::Receiver<Bytes>,
+    /// The peer instance, as its last `hello` named it.
+    receiver: String,
+    /// Whether an answer like an older release's was logged already.
+    told_old: bool,
+}
+
+/// One peer: says hello and pulls its snapshot, then posts the batches
+/// queued for it in order. After a failure the peer is left alone for a
+/// backoff (its batches meanwhile are skipped), and hello and snapshot are
+/// done again once it answers, so that what either side missed is made up.
+async fn run_link(
+    mut peer: Peer,
+    mut rx: mpsc::Receiver<Body>,
     selves: mpsc::UnboundedSender<SocketAddr>,
 ) {
     let mut backoff = FIRST_BACKOFF;
     let mut resume_at: Option<Instant> = None;
-    let mut need_snapshot = true;
+    let mut need_link = true;
     loop {
-        if need_snapshot {
-            match pull_snapshot(&node, &connector, addr, timeout).await {
+        if need_link && resume_at.is_none_or(|at| Instant::now() >= at) {
+            match peer.link().await {
                 Outcome::Ok => {
-                    need_snapshot = false;
+                    need_link = false;
                     backoff = FIRST_BACKOFF;
                     resume_at = None;
                 }
                 Outcome::Itself => {
-                    let _ = selves.send(addr);
+                    let _ = selves.send(peer.addr);
                     return;
                 }
-                Outcome::Failed => {
+                Outcome::Relink | Outcome::Failed => {
                     resume_at = Some(Instant::now() + backoff);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }
-        // Wait for a batch; while a snapshot is still owed, come back for
-        // it when the backoff ends even without one.
-        let next = match resume_at.filter(|_| need_snapshot) {
+        // Wait for a batch; while the link is still owed, come back for it
+        // when the backoff ends even without one.
+        let next = match resume_at.filter(|_| need_link) {
             Some(at) => match tokio::time::timeout_at(at.into(), rx.recv()).await {
                 Ok(next) => next,
                 Err(_) => continue,
@@ -202,62 +233,23 @@ async fn run_link(
         let Some(body) = next else {
             return;
         };
-        let batches = &node.metrics.batches;
-        if resume_at.is_some_and(|at| Instant::now() < at) {
+        let batches = &peer.node.metrics.batches;
+        if need_link || resume_at.is_some_and(|at| Instant::now() < at) {
             batches.with_label_values(&["skipped"]).inc();
             continue;
         }
-        if need_snapshot {
-            // The backoff is over: the snapshot first, then this batch.
-            match pull_snapshot(&node, &connector, addr, timeout).await {
-                Outcome::Ok => need_snapshot = false,
-                Outcome::Itself => {
-                    let _ = selves.send(addr);
-                    return;
-                }
-                Outcome::Failed => {
-                    batches.with_label_values(&["skipped"]).inc();
-                    resume_at = Some(Instant::now() + backoff);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    continue;
-                }
-            }
-        }
-        let len = body.len() as u64;
-        let signed = node.key.sign("POST", RECORDS_PATH, &node.id, &body);
-        let result = link::exchange(
-            &connector,
-            addr,
-            ("POST", RECORDS_PATH),
-            &signed,
-            body,
-            timeout,
-            4096,
-        )
-        .await;
-        match result {
-            Ok(answer) if answer.status == 204 => {
-                batches.with_label_values(&["sent"]).inc();
-                node.metrics
-                    .bytes
-                    .with_label_values(&["sent", "records"])
-                    .inc_by(len);
+        match peer.post(body).await {
+            Outcome::Ok => {
                 backoff = FIRST_BACKOFF;
                 resume_at = None;
             }
-            Ok(answer) if answer.status == 409 => {
-                let _ = selves.send(addr);
+            Outcome::Itself => {
+                let _ = selves.send(peer.addr);
                 return;
             }
-            other => {
-                batches.with_label_values(&["failed"]).inc();
-                match other {
-                    Ok(answer) => {
-                        tracing::debug!(%addr, status = answer.status, "peer refused a batch")
-                    }
-                    Err(e) => tracing::debug!(%addr, error = %e, "batch to peer failed"),
-                }
-                need_snapshot = true;
+            Outcome::Relink => need_link = true,
+            Outcome::Failed => {
+                need_link = true;
                 resume_at = Some(Instant::now() + backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -265,70 +257,212 @@ async fn run_link(
     }
 }
 
-/// Pulls `addr`'s snapshot and merges it; a snapshot whose blocks all fall
-/// on endpoints not known here yet is pulled again a second later, a few
-/// times.
-async fn pull_snapshot(
-    node: &Node,
-    connector: &Connector,
-    addr: SocketAddr,
-    timeout: Duration,
-) -> Outcome {
-    let snapshots = &node.metrics.snapshots;
-    for attempt in 0..=SNAPSHOT_RETRIES {
-        let signed = node.key.sign("GET", SNAPSHOT_PATH, &node.id, b"");
-        // A snapshot may be large: allow it more time than a batch.
-        let answer = link::exchange(
-            connector,
+impl Peer {
+    /// A request to the peer: the next sequence number of this instance,
+    /// addressed to `receiver`, signed.
+    fn sign(&self, (method, path): (&str, &str), receiver: &str, body: &Body) -> SignedRequest {
+        let node = &self.node;
+        let envelope = Envelope {
+            sender: node.id.clone(),
+            receiver: receiver.to_owned(),
+            time_ms: now_ms(),
+            seq: node.next_seq(),
+            length: body.bytes.len() as u64,
+            body_sha256: body.sha256,
+        };
+        SignedRequest::sign(&node.key, (method, path), envelope)
+    }
+
+    /// One exchange; `None` (logged, counted) when it failed or its answer
+    /// is not signed for it.
+    async fn exchange(
+        &mut self,
+        (method, path): (&str, &str),
+        body: Body,
+        timeout: Duration,
+        max_answer: usize,
+    ) -> Option<(u16, String, Bytes)> {
+        let signed = self.sign((method, path), &self.receiver, &body);
+        let request = link::Request {
+            method,
+            path,
+            signed: &signed,
+            body: body.bytes,
+        };
+        let node = &self.node;
+        let addr = self.addr;
+        match link::exchange(
+            &self.connector,
             addr,
-            ("GET", SNAPSHOT_PATH),
-            &signed,
-            Bytes::new(),
-            timeout * 10,
-            MAX_SNAPSHOT_BYTES,
+            &node.key,
+            request,
+            timeout,
+            max_answer,
         )
-        .await;
-        let answer = match answer {
-            Ok(answer) if answer.status == 200 => answer,
-            Ok(answer) if answer.status == 409 => return Outcome::Itself,
-            Ok(answer) => {
-                tracing::debug!(%addr, status = answer.status, "peer refused its snapshot");
-                snapshots.with_label_values(&["failed"]).inc();
-                return Outcome::Failed;
+        .await
+        {
+            Ok(Answer::Authentic {
+                status,
+                responder,
+                body,
+            }) => Some((status, responder, body)),
+            Ok(Answer::Unauthentic { status }) => {
+                node.metrics
+                    .rejected
+                    .with_label_values(&["unsigned_answer"])
+                    .inc();
+                if path == HELLO_PATH && status == 404 {
+                    // The previous release's listener knows no v2 path.
+                    if !std::mem::replace(&mut self.told_old, true) {
+                        tracing::info!(
+                            %addr,
+                            "peer does not speak peer protocol v2 (an older release?): \
+                             sharing with it resumes once it is upgraded"
+                        );
+                    }
+                } else {
+                    tracing::warn!(%addr, status, path, "ignored a peer answer not signed for its request");
+                }
+                None
             }
             Err(e) => {
-                tracing::debug!(%addr, error = %e, "snapshot pull failed");
-                snapshots.with_label_values(&["failed"]).inc();
-                return Outcome::Failed;
+                tracing::debug!(%addr, error = %e, path, "exchange with peer failed");
+                None
             }
-        };
-        let headers = [
-            answer.signed[0].as_deref(),
-            answer.signed[1].as_deref(),
-            answer.signed[2].as_deref(),
-        ];
-        let verified = node
-            .key
-            .verify("SNAPSHOT", SNAPSHOT_PATH, headers, &answer.body, now_ms());
-        let models = match verified.map(|_| codec::decode(&answer.body)) {
-            Ok(Ok(models)) => models,
-            _ => {
-                tracing::warn!(%addr, "peer snapshot failed its signature or format check");
-                snapshots.with_label_values(&["failed"]).inc();
-                return Outcome::Failed;
-            }
-        };
-        node.metrics
-            .bytes
-            .with_label_values(&["received", "snapshot"])
-            .inc_by(answer.body.len() as u64);
-        let merged = node.merge(&models);
-        if merged.applied > 0 || merged.unknown == 0 || attempt == SNAPSHOT_RETRIES {
-            snapshots.with_label_values(&["applied"]).inc();
-            tracing::info!(%addr, blocks = merged.applied, "merged a peer's prefix index");
-            return Outcome::Ok;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    Outcome::Ok
+
+    /// Hello, then the snapshot.
+    async fn link(&mut self) -> Outcome {
+        match self.hello().await {
+            Outcome::Ok => self.pull_snapshot().await,
+            other => {
+                if other == Outcome::Failed {
+                    self.node
+                        .metrics
+                        .snapshots
+                        .with_label_values(&["failed"])
+                        .inc();
+                }
+                other
+            }
+        }
+    }
+
+    /// Learns which instance the peer is now.
+    async fn hello(&mut self) -> Outcome {
+        let empty = Body {
+            bytes: Bytes::new(),
+            sha256: sha256(b""),
+        };
+        self.receiver.clear();
+        match self
+            .exchange(("GET", HELLO_PATH), empty, self.timeout, 4096)
+            .await
+        {
+            Some((_, responder, _)) if responder == self.node.id => Outcome::Itself,
+            Some((200, responder, _)) => {
+                self.receiver = responder;
+                Outcome::Ok
+            }
+            Some((status, _, _)) => {
+                tracing::debug!(addr = %self.addr, status, "peer refused hello");
+                Outcome::Failed
+            }
+            None => Outcome::Failed,
+        }
+    }
+
+    /// Posts one batch.
+    async fn post(&mut self, body: Body) -> Outcome {
+        let len = body.bytes.len() as u64;
+        let answer = self
+            .exchange(("POST", RECORDS_PATH), body, self.timeout, 4096)
+            .await;
+        let metrics = &self.node.metrics;
+        let outcome = match answer {
+            Some((_, responder, _)) if responder == self.node.id => Outcome::Itself,
+            Some((204, _, _)) => {
+                metrics
+                    .bytes
+                    .with_label_values(&["sent", "records"])
+                    .inc_by(len);
+                metrics.batches.with_label_values(&["sent"]).inc();
+                return Outcome::Ok;
+            }
+            Some((421, _, _)) => Outcome::Relink,
+            Some((status, _, body)) => {
+                tracing::debug!(
+                    addr = %self.addr,
+                    status,
+                    answer = %String::from_utf8_lossy(&body),
+                    "peer refused a batch"
+                );
+                Outcome::Failed
+            }
+            None => Outcome::Failed,
+        };
+        metrics.batches.with_label_values(&["failed"]).inc();
+        outcome
+    }
+
+    /// Pulls the peer's snapshot and merges it; a snapshot whose blocks all
+    /// fall on endpoints not known here yet is pulled again a second later,
+    /// a few times.
+    async fn pull_snapshot(&mut self) -> Outcome {
+        let snapshots = self.node.metrics.snapshots.clone();
+        for attempt in 0..=SNAPSHOT_RETRIES {
+            let empty = Body {
+                bytes: Bytes::new(),
+                sha256: sha256(b""),
+            };
+            // A snapshot may be large: allow it more time than a batch.
+            let answer = self
+                .exchange(
+                    ("GET", SNAPSHOT_PATH),
+                    empty,
+                    self.timeout * 10,
+                    MAX_SNAPSHOT_BYTES,
+                )
+                .await;
+            let body = match answer {
+                Some((_, responder, _)) if responder == self.node.id => return Outcome::Itself,
+                Some((200, _, body)) => body,
+                Some((status, _, _)) => {
+                    tracing::debug!(addr = %self.addr, status, "peer refused its snapshot");
+                    snapshots.with_label_values(&["failed"]).inc();
+                    return if status == 421 {
+                        Outcome::Relink
+                    } else {
+                        Outcome::Failed
+                    };
+                }
+                None => {
+                    snapshots.with_label_values(&["failed"]).inc();
+                    return Outcome::Failed;
+                }
+            };
+            let models = match codec::decode(&body) {
+                Ok(models) => models,
+                Err(e) => {
+                    tracing::warn!(addr = %self.addr, error = %e, "peer snapshot failed its format check");
+                    snapshots.with_label_values(&["failed"]).inc();
+                    return Outcome::Failed;
+                }
+            };
+            let node = &self.node;
+            node.metrics
+                .bytes
+                .with_label_values(&["received", "snapshot"])
+                .inc_by(body.len() as u64);
+            let merged = node.merge(&models);
+            if merged.applied > 0 || merged.unknown == 0 || attempt == SNAPSHOT_RETRIES {
+                snapshots.with_label_values(&["applied"]).inc();
+                tracing::info!(addr = %self.addr, blocks = merged.applied, "merged a peer's prefix index");
+                return Outcome::Ok;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Outcome::Ok
+    }
 }

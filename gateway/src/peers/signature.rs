@@ -1,21 +1,26 @@
-//! Authentication between replicas: every request and snapshot answer
-//! carries the sender's id, a timestamp and an HMAC-SHA256 over both, the
-//! method, the path and the body, keyed with the secret all replicas of a
-//! deployment share. A missing or wrong signature, or a timestamp further
-//! than [`MAX_SKEW`] from the receiver's clock, is refused.
-//!
-//! Replays inside the window re-apply records already applied, which the
-//! prefix index absorbs (records are idempotent).
+//! The MACs of the peer protocol: HMAC-SHA256 keyed with the secret all
+//! replicas of a deployment share, over a request's envelope
+//! ([`super::envelope`]) and over an answer bound to the request it
+//! answers ([`super::answer`]). Requests and answers are signed under
+//! different labels, so that neither can be presented as the other.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// Header naming the sending replica.
+/// Header naming the sending replica instance (on requests) or the
+/// answering one (on answers).
 pub const PEER_ID_HEADER: &str = "x-flexinfer-peer-id";
+/// Header naming the replica instance a request is addressed to (empty
+/// on `hello`).
+pub const PEER_TO_HEADER: &str = "x-flexinfer-peer-to";
 /// Header with the sender's clock, milliseconds since the Unix epoch.
 pub const PEER_TIME_HEADER: &str = "x-flexinfer-peer-time";
+/// Header with the sender instance's sequence number of the request.
+pub const PEER_SEQ_HEADER: &str = "x-flexinfer-peer-seq";
+/// Header with the hex SHA-256 of the body.
+pub const PEER_BODY_HEADER: &str = "x-flexinfer-peer-body-sha256";
 /// Header with the hex HMAC-SHA256.
 pub const PEER_SIGNATURE_HEADER: &str = "x-flexinfer-peer-signature";
 
@@ -27,6 +32,8 @@ pub const MAX_SKEW: Duration = Duration::from_secs(30);
 pub const MIN_SECRET_LEN: usize = 16;
 
 const BLOCK: usize = 64;
+const REQUEST_LABEL: &[u8] = b"flexinfer-peer-v2 request\n";
+const ANSWER_LABEL: &[u8] = b"flexinfer-peer-v2 answer\n";
 
 /// The shared secret, as HMAC key pads.
 #[derive(Clone)]
@@ -41,29 +48,34 @@ impl std::fmt::Debug for Key {
     }
 }
 
-/// The three signature headers' values.
+/// What a request's MAC covers besides its method and path.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Signed {
-    /// Sender id.
-    pub id: String,
-    /// Milliseconds since the Unix epoch.
+pub struct Envelope {
+    /// The sending replica instance.
+    pub sender: String,
+    /// The replica instance addressed (empty on `hello`).
+    pub receiver: String,
+    /// Sender's clock, milliseconds since the Unix epoch.
     pub time_ms: u64,
-    /// Hex HMAC.
-    pub signature: String,
+    /// The sender instance's sequence number, from 1, never reused.
+    pub seq: u64,
+    /// Body length in bytes.
+    pub length: u64,
+    /// SHA-256 of the body.
+    pub body_sha256: [u8; 32],
 }
 
-/// Why a signature was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
-    /// A header is missing or unreadable.
-    #[error("missing or malformed signature headers")]
-    Missing,
-    /// The timestamp is outside the accepted window.
-    #[error("stale timestamp")]
-    Stale,
-    /// The HMAC does not match.
-    #[error("bad signature")]
-    Mismatch,
+/// What an answer's MAC covers besides the request it answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnswerEnvelope {
+    /// HTTP status.
+    pub status: u16,
+    /// The answering replica instance.
+    pub responder: String,
+    /// Body length in bytes.
+    pub length: u64,
+    /// SHA-256 of the body.
+    pub body_sha256: [u8; 32],
 }
 
 impl Key {
@@ -97,69 +109,51 @@ impl Key {
         outer.finalize().into()
     }
 
-    fn message_mac(
-        &self,
-        method: &str,
-        path: &str,
-        id: &str,
-        time_ms: u64,
-        body: &[u8],
-    ) -> [u8; 32] {
-        let time = time_ms.to_string();
+    /// The MAC of a request. Ids, method and path hold no newline (the
+    /// envelope parser refuses them), so the fields cannot run together.
+    pub fn request_mac(&self, method: &str, path: &str, envelope: &Envelope) -> [u8; 32] {
+        let numbers = format!(
+            "{}\n{}\n{}\n",
+            envelope.time_ms, envelope.seq, envelope.length
+        );
         self.mac(&[
-            b"flexinfer-peer-v1\n",
+            REQUEST_LABEL,
             method.as_bytes(),
             b"\n",
             path.as_bytes(),
             b"\n",
-            id.as_bytes(),
+            envelope.sender.as_bytes(),
             b"\n",
-            time.as_bytes(),
+            envelope.receiver.as_bytes(),
             b"\n",
-            body,
+            numbers.as_bytes(),
+            &envelope.body_sha256,
         ])
     }
 
-    /// Signs a message from `id` now.
-    pub fn sign(&self, method: &str, path: &str, id: &str, body: &[u8]) -> Signed {
-        self.sign_at(method, path, id, body, now_ms())
+    /// The MAC of an answer to the request whose MAC is `request`.
+    pub fn answer_mac(&self, request: &[u8; 32], answer: &AnswerEnvelope) -> [u8; 32] {
+        let numbers = format!("{}\n{}\n", answer.status, answer.length);
+        self.mac(&[
+            ANSWER_LABEL,
+            request,
+            b"\n",
+            answer.responder.as_bytes(),
+            b"\n",
+            numbers.as_bytes(),
+            &answer.body_sha256,
+        ])
     }
+}
 
-    /// Signs a message from `id` as sent at `time_ms`.
-    pub fn sign_at(&self, method: &str, path: &str, id: &str, body: &[u8], time_ms: u64) -> Signed {
-        Signed {
-            id: id.to_owned(),
-            time_ms,
-            signature: hex::encode(self.message_mac(method, path, id, time_ms, body)),
-        }
-    }
+/// Whether two MACs are equal, in constant time.
+pub fn same_mac(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    bool::from(a.ct_eq(b))
+}
 
-    /// Checks a message's headers (`None` where absent) against its body,
-    /// at `now_ms`.
-    pub fn verify(
-        &self,
-        method: &str,
-        path: &str,
-        headers: [Option<&str>; 3],
-        body: &[u8],
-        now_ms: u64,
-    ) -> Result<String, Refused> {
-        let [Some(id), Some(time), Some(signature)] = headers else {
-            return Err(Refused::Missing);
-        };
-        let time_ms: u64 = time.trim().parse().map_err(|_| Refused::Missing)?;
-        let mut given = [0u8; 32];
-        hex::decode_to_slice(signature.trim(), &mut given).map_err(|_| Refused::Missing)?;
-        if time_ms.abs_diff(now_ms) > MAX_SKEW.as_millis() as u64 {
-            return Err(Refused::Stale);
-        }
-        let expected = self.message_mac(method, path, id, time_ms, body);
-        if bool::from(expected.ct_eq(&given)) {
-            Ok(id.to_owned())
-        } else {
-            Err(Refused::Mismatch)
-        }
-    }
+/// SHA-256 of `body`.
+pub fn sha256(body: &[u8]) -> [u8; 32] {
+    Sha256::digest(body).into()
 }
 
 /// Milliseconds since the Unix epoch.
@@ -189,50 +183,68 @@ mod tests {
         );
     }
 
-    #[test]
-    fn signatures_verify_only_with_the_same_secret_body_and_fresh_time() {
-        let key = Key::new(b"0123456789abcdef-shared");
-        let signed = key.sign("POST", "/peer/v1/records", "replica-a", b"body");
-        let headers = |s: &Signed| {
-            [
-                Some(s.id.clone()),
-                Some(s.time_ms.to_string()),
-                Some(s.signature.clone()),
-            ]
-        };
-        let check = |key: &Key, h: &[Option<String>; 3], body: &[u8], now: u64| {
-            let h = [h[0].as_deref(), h[1].as_deref(), h[2].as_deref()];
-            key.verify("POST", "/peer/v1/records", h, body, now)
-        };
-        let h = headers(&signed);
-        let now = signed.time_ms;
-        assert_eq!(check(&key, &h, b"body", now), Ok("replica-a".into()));
-        assert_eq!(check(&key, &h, b"bodz", now), Err(Refused::Mismatch));
-        let other = Key::new(b"another secret of the same size");
-        assert_eq!(check(&other, &h, b"body", now), Err(Refused::Mismatch));
-        let skew = MAX_SKEW.as_millis() as u64 + 1;
-        assert_eq!(check(&key, &h, b"body", now + skew), Err(Refused::Stale));
-        assert_eq!(check(&key, &h, b"body", now - skew), Err(Refused::Stale));
-        // The id and the time are signed too.
-        let mut renamed = h.clone();
-        renamed[0] = Some("replica-b".into());
-        assert_eq!(check(&key, &renamed, b"body", now), Err(Refused::Mismatch));
-        let mut moved = h.clone();
-        moved[1] = Some((now + 1).to_string());
-        assert_eq!(check(&key, &moved, b"body", now), Err(Refused::Mismatch));
-        for missing in 0..3 {
-            let mut partial = h.clone();
-            partial[missing] = None;
-            assert_eq!(check(&key, &partial, b"body", now), Err(Refused::Missing));
+    fn envelope() -> Envelope {
+        Envelope {
+            sender: "replica-a".into(),
+            receiver: "replica-b".into(),
+            time_ms: 1_000,
+            seq: 7,
+            length: 4,
+            body_sha256: sha256(b"body"),
         }
-        let mut garbage = h.clone();
-        garbage[2] = Some("zz".into());
-        assert_eq!(check(&key, &garbage, b"body", now), Err(Refused::Missing));
-        // Another path or method is another message.
-        let hh = [h[0].as_deref(), h[1].as_deref(), h[2].as_deref()];
-        assert_eq!(
-            key.verify("GET", "/peer/v1/records", hh, b"body", now),
-            Err(Refused::Mismatch)
+    }
+
+    #[test]
+    fn every_field_of_a_request_is_signed() {
+        let key = Key::new(b"0123456789abcdef-shared");
+        let base = envelope();
+        let mac = key.request_mac("POST", "/p", &base);
+        assert_eq!(mac, key.request_mac("POST", "/p", &base));
+        assert_ne!(mac, key.request_mac("GET", "/p", &base));
+        assert_ne!(mac, key.request_mac("POST", "/q", &base));
+        let changes: [fn(&mut Envelope); 6] = [
+            |e| e.sender.push('x'),
+            |e| e.receiver.clear(),
+            |e| e.time_ms += 1,
+            |e| e.seq += 1,
+            |e| e.length += 1,
+            |e| e.body_sha256[0] ^= 1,
+        ];
+        for change in changes {
+            let mut other = base.clone();
+            change(&mut other);
+            assert_ne!(mac, key.request_mac("POST", "/p", &other), "{other:?}");
+        }
+        let other_key = Key::new(b"another secret of the same size");
+        assert_ne!(mac, other_key.request_mac("POST", "/p", &base));
+    }
+
+    #[test]
+    fn answers_are_bound_to_their_request_and_differ_from_requests() {
+        let key = Key::new(b"0123456789abcdef-shared");
+        let request = key.request_mac("GET", "/p", &envelope());
+        let other_request = key.request_mac(
+            "GET",
+            "/p",
+            &Envelope {
+                seq: 8,
+                ..envelope()
+            },
         );
+        let answer = AnswerEnvelope {
+            status: 204,
+            responder: "replica-b".into(),
+            length: 0,
+            body_sha256: sha256(b""),
+        };
+        let mac = key.answer_mac(&request, &answer);
+        assert_ne!(mac, key.answer_mac(&other_request, &answer));
+        let forged = AnswerEnvelope {
+            status: 409,
+            ..answer.clone()
+        };
+        assert_ne!(mac, key.answer_mac(&request, &forged));
+        assert!(same_mac(&mac, &key.answer_mac(&request, &answer)));
+        assert!(!same_mac(&mac, &request));
     }
 }

@@ -54,7 +54,7 @@ pub(super) async fn read_body(
                 // to start a request (a smuggling hazard behind a proxy).
                 session.set_keepalive(None);
                 return Err(ApiError::bad_request(format!(
-                    "failed to read request body: {}",
+                    "malformed request body: {}",
                     e.etype().as_str()
                 )));
             }

@@ -50,6 +50,36 @@ impl BodyEdits {
         }
     }
 
+    /// Makes a stream's engine report its usage at the end, whatever the
+    /// client's `stream_options` say: adds them, or sets their
+    /// `include_usage` to `true` (other members kept). Returns whether the
+    /// body asked for no usage before, so the answer's usage is the
+    /// gateway's to take out again.
+    pub(super) fn request_usage(&mut self, view: &JsonView<'_>) -> bool {
+        let (Some(raw), Some(span)) = (view.stream_options, view.stream_options_at.clone()) else {
+            self.insert(view.open_brace + 1, Bytes::from_static(INCLUDE_USAGE));
+            return true;
+        };
+        let mut options = match serde_json::from_str::<serde_json::Value>(raw.get()) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        if options.get("include_usage") == Some(&serde_json::Value::Bool(true)) {
+            return false;
+        }
+        options.insert("include_usage".into(), serde_json::Value::Bool(true));
+        let value = serde_json::Value::Object(options).to_string();
+        self.replace(span, Bytes::from(value));
+        true
+    }
+
+    /// Gives a request that sets no output limit the limit `tokens`, as
+    /// `field`. The object must not be empty.
+    pub(super) fn set_output_limit(&mut self, view: &JsonView<'_>, field: &str, tokens: u64) {
+        let member = format!("\"{field}\":{tokens},");
+        self.insert(view.open_brace + 1, Bytes::from(member));
+    }
+
     /// Sets the top-level `cache_salt` to `salt`, replacing the client's.
     /// The object must not be empty.
     pub(super) fn set_cache_salt(&mut self, view: &JsonView<'_>, salt: &str) {
@@ -160,6 +190,42 @@ mod tests {
         let sliced = again.apply(bytes, 0);
         assert_eq!(sliced.parts().concat(), joined, "sliced and joined differ");
         String::from_utf8(joined.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn usage_is_asked_for_whatever_the_client_said() {
+        let ask = |body: &str| {
+            let mut changed = false;
+            let out = edited(body, |e, v| changed = e.request_usage(v));
+            (out, changed)
+        };
+        let (out, changed) = ask(r#"{"stream":true}"#);
+        assert!(changed);
+        assert_eq!(
+            out,
+            r#"{"stream_options":{"include_usage":true},"stream":true}"#
+        );
+        let (out, changed) =
+            ask(r#"{"stream_options":{"include_usage":false,"x":1},"stream":true}"#);
+        assert!(changed);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["stream_options"],
+            serde_json::json!({"include_usage": true, "x": 1})
+        );
+        let (out, changed) = ask(r#"{"stream_options":null}"#);
+        assert!(changed);
+        assert_eq!(out, r#"{"stream_options":{"include_usage":true}}"#);
+        let body = r#"{"stream_options": {"include_usage": true}}"#;
+        assert_eq!(ask(body), (body.to_owned(), false));
+    }
+
+    #[test]
+    fn an_output_limit_is_added() {
+        let out = edited(r#"{"messages":[]}"#, |e, v| {
+            e.set_output_limit(v, "max_tokens", 7)
+        });
+        assert_eq!(out, r#"{"max_tokens":7,"messages":[]}"#);
     }
 
     #[test]

@@ -257,6 +257,8 @@ impl Gateway {
         header.insert_header(header::CONTENT_LENGTH, len.to_string())?;
         ctx.request_id = Some(plan.request_id.clone());
         ctx.model = Some(plan.resolved.route.name.clone());
+        // Whose request it is: the owner of a response it creates.
+        ctx.tenant = plan.tenant.clone();
         if let Some(mask) = &plan.tried_mask {
             let bits = mask.load(Ordering::Relaxed);
             ctx.tried

@@ -57,9 +57,14 @@ impl Gateway {
         if let Some(cluster) = self.answering_cluster(ctx) {
             resp.insert_header(CLUSTER_HEADER, cluster)?;
         }
-        // Not for tenants of a key file: a prefix-hit reason would tell
-        // one what another sent.
-        if self.settings.route_debug_header && self.scoped_tenant(ctx).is_none() {
+        // Only for admin keys (or a gateway without keys): a prefix-hit
+        // reason would tell one tenant what another sent. The plan carries
+        // the caller's standing into subrequests.
+        let debug_allowed = ctx
+            .plan
+            .as_ref()
+            .map_or(ctx.tenant.is_none(), |p| p.route_debug);
+        if self.settings.route_debug_header && debug_allowed {
             if let Some(route) = self.route_debug(ctx) {
                 resp.insert_header(ROUTE_HEADER, route)?;
             }

@@ -18,7 +18,6 @@ use std::borrow::Cow;
 
 use http::Method;
 use pingora_http::RequestHeader;
-use sha2::{Digest, Sha256};
 
 use super::context::RequestCtx;
 use super::Gateway;
@@ -125,21 +124,12 @@ pub(super) fn store_route<'a>(method: &Method, path: &'a str) -> StoreRoute<'a> 
 }
 
 /// Paths whose requests take vLLM's `cache_salt`.
-const SALTED_PATHS: &[&str] = &["/v1/chat/completions", "/v1/completions", "/v1/responses"];
-
-/// The `cache_salt` an engine gets for a request of `tenant` whose own
-/// salt was `client` (its raw JSON): the same for one tenant and client
-/// salt on every gateway replica, different between tenants, and not one a
-/// client can choose.
-pub(super) fn tenant_salt(tenant: &str, client: Option<&str>) -> String {
-    let mut hash = Sha256::new();
-    hash.update(b"flexinfer cache salt\0");
-    hash.update(tenant.as_bytes());
-    hash.update(b"\0");
-    hash.update(client.unwrap_or_default().as_bytes());
-    let digest = hash.finalize();
-    format!("t-{}", hex::encode(&digest[..16]))
-}
+const SALTED_PATHS: &[&str] = &[
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+];
 
 /// 404 for a route of stored objects the gateway cannot scope to a tenant.
 pub fn unscoped_store(path: &str) -> ApiError {
@@ -188,7 +178,7 @@ impl Gateway {
         body: &[u8],
         ctx: &RequestCtx,
     ) -> Option<String> {
-        if !self.settings.tenant_cache_salt || !SALTED_PATHS.contains(&path) {
+        if !self.settings.tenant_cache_salt || !SALTED_PATHS.contains(&&*engine_path(path)) {
             return None;
         }
         let tenant = ctx.tenant.as_deref()?;
@@ -203,7 +193,7 @@ impl Gateway {
             .cache_salt
             .clone()
             .and_then(|span| std::str::from_utf8(body.get(span)?).ok());
-        Some(tenant_salt(&tenant.name, client))
+        Some(tenant.cache_salt(client))
     }
 
     /// `/metrics` on the proxy listener names every tenant and what it
@@ -315,17 +305,6 @@ mod tests {
         assert_eq!(engine_path("/"), "/");
         // A malformed escape is matched as written.
         assert_eq!(engine_path("/v1/%zz"), "/v1/%zz");
-    }
-
-    #[test]
-    fn salts_differ_by_tenant_and_client_salt() {
-        let a = tenant_salt("a", None);
-        assert_eq!(a, tenant_salt("a", None));
-        assert_eq!(a.len(), 34);
-        assert_ne!(a, tenant_salt("b", None));
-        assert_ne!(a, tenant_salt("a", Some("\"x\"")));
-        // No tenant name and salt can be run together into another's.
-        assert_ne!(tenant_salt("ab", None), tenant_salt("a", Some("b")));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use pingora_http::ResponseHeader;
 
 use crate::extract::JsonView;
 use crate::metrics::Metrics;
-use crate::tenants::{Estimate, Tenant, TokenCharge, UsageMeter, UsageStripper};
+use crate::tenants::{Estimate, Tenant, TokenCharge, Usage, UsageMeter, UsageStripper};
 
 /// A request's tenant accounting.
 pub(super) struct Metering {
@@ -20,38 +20,61 @@ pub(super) struct Metering {
     /// Set when the gateway asked the engine for a stream's usage.
     stripper: Option<UsageStripper>,
     succeeded: bool,
+    /// The prompt tokens admission estimated.
+    prompt_estimate: u64,
+    /// Events of an event-stream answer passed on so far (`None` for
+    /// other answers): what a stream cut before its usage is charged.
+    events: Option<u64>,
+    /// The answer's last byte passed.
+    ended: bool,
 }
 
-/// What admission expects a request to use: its prompt (`messages`,
-/// `prompt` or `input`, see [`crate::tokens`]) and its output-token limit.
-pub(super) fn estimate(json: Option<&JsonView<'_>>) -> Estimate {
+/// What admission expects a request to use: everything the engine puts in
+/// its prompt (`messages`, `prompt` or `input`, `system`, `instructions`,
+/// `tools`; see [`crate::tokens`]) and its output-token limit (`output`
+/// when the request gives none) for each sequence it asks for (`n`,
+/// `best_of`).
+pub(super) fn estimate(json: Option<&JsonView<'_>>, output: Option<u64>) -> Estimate {
     let Some(v) = json else {
         return Estimate::default();
     };
+    let limit = v.output_limit.as_ref().map(|l| l.value).or(output);
     Estimate {
         prompt: prompt_tokens(v),
-        output: v.output_limit.as_ref().map_or(0, |l| l.value),
+        output: limit
+            .unwrap_or(0)
+            .saturating_mul(v.sequences.unwrap_or(1).max(1)),
     }
 }
 
 /// The estimated prompt tokens of a request.
 pub(super) fn prompt_tokens(v: &JsonView<'_>) -> u64 {
-    let parts: Vec<&str> = [v.messages, v.prompt, v.input]
-        .into_iter()
-        .flatten()
-        .map(|raw| raw.get())
-        .collect();
+    let parts: Vec<&str> = [
+        v.messages,
+        v.prompt,
+        v.input,
+        v.system,
+        v.instructions,
+        v.tools,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|raw| raw.get())
+    .collect();
     crate::tokens::estimate_prompt_tokens(&parts)
 }
 
 impl Metering {
-    pub(super) fn new(tenant: Arc<Tenant>, charge: Option<TokenCharge>) -> Self {
+    pub(super) fn new(tenant: Arc<Tenant>, charge: Option<TokenCharge>, prompt: u64) -> Self {
         Self {
             tenant,
             charge,
             meter: None,
             stripper: None,
             succeeded: false,
+            prompt_estimate: prompt,
+            events: None,
+            ended: false,
         }
     }
 
@@ -76,6 +99,7 @@ impl Metering {
         }
         let watch = self.succeeded && (events || json) && self.stripper.is_none();
         self.meter = watch.then(|| UsageMeter::new(events));
+        self.events = (self.succeeded && events).then_some(0);
     }
 
     /// Whether the request is charged against a token budget.
@@ -92,6 +116,12 @@ impl Metering {
     /// A chunk of the answer's body, possibly with what the gateway's own
     /// usage request added taken out.
     pub(super) fn feed(&mut self, body: &mut Option<Bytes>, end: bool) {
+        self.ended |= end;
+        if let (Some(events), Some(chunk)) = (&mut self.events, body.as_deref()) {
+            // Every event an engine streams carries a token at most a few
+            // times over; counted before any usage is taken out.
+            *events += memchr::memmem::find_iter(chunk, b"data:").count() as u64;
+        }
         if let Some(stripper) = &mut self.stripper {
             let chunk = body.as_deref().unwrap_or_default();
             if let Some(filtered) = stripper.filter(chunk, end) {
@@ -104,9 +134,23 @@ impl Metering {
 
     /// The answer ended: settle the charge, count the tokens.
     pub(super) fn finish(&mut self, metrics: &Metrics, model: &str) {
-        let usage = match &self.stripper {
+        let reported = match &self.stripper {
             Some(stripper) => stripper.usage(),
             None => self.meter.as_mut().and_then(UsageMeter::finish),
+        };
+        let usage = match self.events {
+            // A stream cut before its end: what its first events reported
+            // is not what it used. It is charged the prompt and an event
+            // per token passed, or what was reported if that is more.
+            Some(passed) if !self.ended => {
+                let reported = reported.unwrap_or_default();
+                Some(Usage {
+                    prompt_tokens: reported.prompt_tokens.max(self.prompt_estimate),
+                    completion_tokens: reported.completion_tokens.max(passed),
+                    cached_tokens: reported.cached_tokens,
+                })
+            }
+            _ => reported,
         };
         if let Some(charge) = &mut self.charge {
             charge.settle(self.succeeded, usage.as_ref());
@@ -159,7 +203,7 @@ mod tests {
         };
         let charge = tenant.admit("m", estimate).unwrap();
         // Refused (say, queue full) before any answer: dropped unfinished.
-        drop(Metering::new(tenant.clone(), Some(charge)));
+        drop(Metering::new(tenant.clone(), Some(charge), 10));
         assert!(
             tenant.admit("m", estimate).is_ok(),
             "the 90 tokens came back"

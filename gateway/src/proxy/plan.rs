@@ -12,7 +12,7 @@ use http::HeaderMap;
 use pingora_proxy::Session;
 
 use super::body::{declared_length, read_body};
-use super::body_edits::{BodyEdits, PlannedBody, INCLUDE_USAGE};
+use super::body_edits::{BodyEdits, PlannedBody};
 use super::context::RequestCtx;
 use super::headers::parsed;
 use super::isolation::{self, StoreRoute};
@@ -67,6 +67,15 @@ pub struct ForwardPlan {
     pub(super) _permit: Option<FlowPermit>,
     /// Counts the request on the label-group member it went to.
     pub(super) _group: Option<GroupTicket>,
+    /// The body was read as JSON without being declared so: it goes
+    /// upstream as `application/json`.
+    pub(super) retyped_json: bool,
+    /// The caller's tenant, for what a subrequest records (the owner of a
+    /// created response).
+    pub(super) tenant: Option<Arc<Tenant>>,
+    /// Whether the routing decision may be shown to the caller
+    /// (`--route-debug-header`): an admin key, or a gateway without keys.
+    pub(super) route_debug: bool,
 }
 
 impl ForwardPlan {
@@ -90,6 +99,9 @@ impl ForwardPlan {
             _active: None,
             _permit: None,
             _group: None,
+            retyped_json: self.retyped_json,
+            tenant: self.tenant.clone(),
+            route_debug: self.route_debug,
         }
     }
 }
@@ -119,14 +131,42 @@ impl RequestHead {
         })
     }
 
-    /// Whether the body must be read before routing: JSON bodies always
-    /// (routing fields, model rewrite), multipart and untyped ones when
-    /// only the body can name the model.
+    /// Whether the body is read before routing: every POST body, whatever
+    /// its Content-Type and wherever the model is named, since an engine
+    /// reads it whatever the head says (`docs/gateway.md`, "Request
+    /// bodies").
     fn needs_body(&self) -> bool {
-        match self.kind {
-            BodyKind::Json => true,
-            BodyKind::Multipart { .. } | BodyKind::Untyped => self.model.is_none(),
-            BodyKind::Other => false,
+        self.kind != BodyKind::Other
+    }
+}
+
+/// Reads a body that was not declared as JSON: JSON when it parses (and it
+/// then goes upstream as `application/json`), else refused on an API route
+/// (400 without a Content-Type, as for malformed JSON; 415 with another),
+/// else forwarded as it is, since no engine reads it as a request.
+fn read_undeclared<'b>(
+    kind: &BodyKind,
+    body: &'b Bytes,
+    content_type: Option<&http::HeaderValue>,
+    path: &str,
+) -> Result<Option<JsonView<'b>>, ApiError> {
+    if body.is_empty() {
+        return Ok(None);
+    }
+    match extract::parse_json(body) {
+        Ok(view) => Ok(Some(view)),
+        Err(e) => {
+            let engine_path = isolation::engine_path(path);
+            if !crate::paths::is_api_body_path(&engine_path) {
+                return Ok(None);
+            }
+            match (kind, content_type) {
+                (BodyKind::Foreign, Some(ct)) => Err(ApiError::unsupported_media_type(
+                    &String::from_utf8_lossy(ct.as_bytes()),
+                    &engine_path,
+                )),
+                _ => Err(e),
+            }
         }
     }
 }
@@ -186,20 +226,47 @@ impl Gateway {
         };
         let json = match (&head.kind, &body) {
             (BodyKind::Json, Some(b)) => Some(extract::parse_json(b)?),
-            // No Content-Type: JSON if it is JSON, as FastAPI engines read it.
-            (BodyKind::Untyped, Some(b)) => extract::parse_json(b).ok(),
+            (BodyKind::Untyped | BodyKind::Foreign, Some(b)) => read_undeclared(
+                &head.kind,
+                b,
+                session.req_header().headers.get(http::header::CONTENT_TYPE),
+                head_path_of(session.req_header(), head.forward_path.as_deref()),
+            )?,
+            _ => None,
+        };
+        // A body read as JSON that was not declared so goes upstream
+        // declared as what the gateway read it as.
+        let retyped = json.is_some() && head.kind != BodyKind::Json;
+        let form_model = match (&head.kind, &body) {
+            (BodyKind::Multipart { boundary }, Some(b)) => {
+                extract::multipart_model(b.clone(), boundary).await?
+            }
             _ => None,
         };
         if self.settings.validate_requests {
-            self.validate_body(session, head.model.is_some(), body.as_ref())?;
+            self.validate_body(
+                session,
+                head.model.is_some(),
+                json.as_ref().and(body.as_ref()),
+            )?;
         }
-        let requested = requested_model(head.model, json.as_ref(), &head.kind, &body).await?;
+        let requested = requested_model(head.model, json.as_ref(), form_model.as_deref())?;
         let (resolved, group) = self.resolve(
             &requested,
             &session.req_header().headers,
             json.as_ref(),
             ctx,
         )?;
+        if let Some(form) = form_model.as_deref() {
+            // The form is forwarded untouched: the model it names must be
+            // the one the request was checked and routed for.
+            let names_route = form == requested
+                || form == &*resolved.route.name
+                || form == &*resolved.upstream_model;
+            if !names_route {
+                return Err(ApiError::form_model_mismatch(form, &requested));
+            }
+        }
         if let (true, Some(view)) = (creates_response, json.as_ref()) {
             self.continue_response(view, &resolved.route.name, ctx)?;
         }
@@ -211,7 +278,11 @@ impl Gateway {
             .route
             .paths
             .check(&resolved.route.name, path, self.is_admin(req))?;
-        let completions = matches!(path, "/v1/chat/completions" | "/v1/completions");
+        // The path as the engine's router matches it (escapes decoded).
+        let api = isolation::engine_path(path);
+        let completions = matches!(&*api, "/v1/chat/completions" | "/v1/completions");
+        let generation = generation_limit_field(&api);
+        drop(api);
         let salt = match (json.as_ref(), body.as_ref()) {
             (Some(view), Some(bytes)) => self.cache_salt(path, view, bytes, ctx),
             _ => None,
@@ -220,11 +291,19 @@ impl Gateway {
             Some(view) => self.guard_window(&resolved, view)?,
             None => None,
         };
-        let mut metering = ctx
-            .tenant
-            .clone()
-            .map(|tenant| self.charge_tenant(tenant, &resolved, json.as_ref(), clamp.as_ref()))
-            .transpose()?;
+        let mut metering = None;
+        let mut default_limit = None;
+        if let Some(tenant) = ctx.tenant.clone() {
+            let (m, limit) = self.charge_tenant(
+                tenant,
+                &resolved,
+                json.as_ref(),
+                clamp.as_ref(),
+                generation.is_some(),
+            )?;
+            metering = Some(m);
+            default_limit = limit;
+        }
         let background = is_background(&session.req_header().headers);
         // A label-group pick is looked up again (after a cold start) by the
         // member's name, not by the label.
@@ -255,13 +334,17 @@ impl Gateway {
         });
         let mut edits = BodyEdits::default();
         if let Some(view) = json.as_ref() {
-            // A stream charged against a token budget whose client did not
-            // ask for usage asks the engine for it; the usage is taken out
-            // of the answer again (see `Metering::strip_usage`).
-            let unasked = completions && view.stream == Some(true) && view.stream_options.is_none();
-            if let Some(m) = metering.as_mut().filter(|m| unasked && m.charges_tokens()) {
-                m.strip_usage();
-                edits.insert(view.open_brace + 1, Bytes::from_static(INCLUDE_USAGE));
+            // A stream charged against a token budget always asks the
+            // engine for its usage; what the client did not ask for is
+            // taken out of the answer again (see `Metering::strip_usage`).
+            let stream = completions && view.stream == Some(true);
+            if let Some(m) = metering.as_mut().filter(|m| stream && m.charges_tokens()) {
+                if edits.request_usage(view) {
+                    m.strip_usage();
+                }
+            }
+            if let (Some(tokens), Some(field)) = (default_limit, generation) {
+                edits.set_output_limit(view, field, tokens);
             }
             edits.set_model(view, &resolved.upstream_model);
             if let Some(c) = &clamp {
@@ -296,6 +379,9 @@ impl Gateway {
             _active: active,
             _permit: permit,
             _group: group,
+            retyped_json: retyped,
+            tenant: ctx.tenant.clone(),
+            route_debug: ctx.tenant.is_none(),
         })
     }
 
@@ -341,19 +427,35 @@ impl Gateway {
     }
 
     /// Takes the request and its estimated tokens from the tenant's
-    /// budgets for this model.
+    /// budgets for this model. A generation request that sets no output
+    /// limit is charged the default one, lowered to what the budget holds,
+    /// and that limit is returned to be set in the body: the engine then
+    /// generates no more than was charged.
     fn charge_tenant(
         &self,
         tenant: Arc<Tenant>,
         resolved: &Resolved,
         json: Option<&JsonView<'_>>,
         clamp: Option<&Clamp>,
-    ) -> Result<Box<Metering>, ApiError> {
+        generation: bool,
+    ) -> Result<(Box<Metering>, Option<u64>), ApiError> {
         let model = &resolved.route.name;
+        let prompt = json.map_or(0, metering::prompt_tokens);
+        let unlimited = json.is_some_and(|v| v.output_limit.is_none() && !is_empty_object(v));
+        let default_limit = (generation && unlimited && clamp.is_none())
+            .then(|| tenant.output_room(model, prompt))
+            .flatten()
+            .map(|room| {
+                let sequences = json.and_then(|v| v.sequences).unwrap_or(1).max(1);
+                (room / sequences)
+                    .min(self.settings.tenant_default_max_tokens)
+                    .max(1)
+            });
         let charge = if tenant.has_limits(model) {
-            let mut estimate = metering::estimate(json);
+            let mut estimate = metering::estimate(json, default_limit);
             if let Some(c) = clamp {
-                estimate.output = c.to;
+                let sequences = json.and_then(|v| v.sequences).unwrap_or(1).max(1);
+                estimate.output = c.to.saturating_mul(sequences);
             }
             let charge = tenant.admit(model, estimate).inspect_err(|e| {
                 let scope = if e.message.contains(" tokens") {
@@ -370,7 +472,10 @@ impl Gateway {
         } else {
             None
         };
-        Ok(Box::new(Metering::new(tenant, charge)))
+        Ok((
+            Box::new(Metering::new(tenant, charge, prompt)),
+            default_limit,
+        ))
     }
 
     /// The context-window guard: the clamp to apply, or a 413 (counted).
@@ -585,27 +690,39 @@ fn is_background(headers: &HeaderMap) -> bool {
 
 /// The model the request names: the head's, else the JSON `model`, else a
 /// multipart `model` field.
-async fn requested_model(
+fn requested_model(
     head_model: Option<String>,
     json: Option<&JsonView<'_>>,
-    kind: &BodyKind,
-    body: &Option<Bytes>,
+    form_model: Option<&str>,
 ) -> Result<String, ApiError> {
-    let requested = match (
-        head_model,
-        json.and_then(|v| v.model.as_deref()),
-        kind,
-        body,
-    ) {
-        (Some(m), _, _, _) => m,
-        (None, Some(m), _, _) => m.to_string(),
-        (None, None, BodyKind::Multipart { boundary }, Some(b)) => {
-            extract::multipart_model(b.clone(), boundary)
-                .await?
-                .ok_or_else(ApiError::missing_model)?
-        }
-        _ => return Err(ApiError::missing_model()),
-    };
     // Each source validated the name as it read it.
-    Ok(requested)
+    head_model
+        .or_else(|| json.and_then(|v| v.model.as_deref()).map(str::to_owned))
+        .or_else(|| form_model.map(str::to_owned))
+        .ok_or_else(ApiError::missing_model)
+}
+
+/// The field a generation API takes its output limit in (`None` for
+/// routes that generate nothing, such as embeddings).
+fn generation_limit_field(api_path: &str) -> Option<&'static str> {
+    match api_path {
+        "/v1/chat/completions" | "/v1/completions" | "/v1/messages" => Some("max_tokens"),
+        "/v1/responses" => Some("max_output_tokens"),
+        _ => None,
+    }
+}
+
+/// Whether the body is `{}` (nothing can be inserted before a comma).
+fn is_empty_object(view: &JsonView<'_>) -> bool {
+    matches!(
+        view.model_slot,
+        Some(crate::rewrite::ModelSlot::Absent { empty: true, .. })
+    )
+}
+
+/// The request's path as the engine gets it, without the query string.
+fn head_path_of<'r>(req: &'r pingora_http::RequestHeader, forward: Option<&'r str>) -> &'r str {
+    forward.map_or(req.uri.path(), |p| {
+        p.split_once('?').map_or(p, |(path, _)| path)
+    })
 }

@@ -56,6 +56,9 @@ pub struct ProxySettings {
     /// `cache_salt` of its own (vLLM's per-request prefix-cache
     /// isolation), and score cache-aware routing per tenant alike.
     pub tenant_cache_salt: bool,
+    /// Output tokens charged (and set as the request's limit) for a
+    /// generation request of a tenant with a token budget that sets none.
+    pub tenant_default_max_tokens: u64,
 }
 
 /// The context-window guard of models that declare their window.
@@ -104,6 +107,7 @@ impl Default for ProxySettings {
             window: WindowSettings::default(),
             usage_headers: false,
             tenant_cache_salt: false,
+            tenant_default_max_tokens: 4096,
             validate_requests: false,
         }
     }

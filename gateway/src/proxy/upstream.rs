@@ -355,6 +355,9 @@ impl Gateway {
             // was read; the upstream gets the body at once.
             upstream.remove_header(&header::EXPECT);
             upstream.insert_header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))?;
+            if plan.retyped_json {
+                upstream.insert_header(header::CONTENT_TYPE, "application/json")?;
+            }
         }
         upstream.insert_header(REQUEST_ID, plan.request_id.as_ref())?;
         Ok(())

@@ -71,9 +71,10 @@ impl Bucket {
     }
 
     /// Gives back `tokens` (negative: takes more, possibly below zero, as
-    /// when a request used more than it was charged).
+    /// when a request used more than it was charged). A debt is carried
+    /// whole: nothing is taken again until the refill has repaid it.
     pub fn adjust(&self, tokens: f64) {
-        self.with_level(|level| *level = (*level + tokens).clamp(-self.capacity, self.capacity));
+        self.with_level(|level| *level = (*level + tokens).min(self.capacity));
     }
 
     /// Tokens there now (never below zero) and how long until the bucket
@@ -113,6 +114,10 @@ mod tests {
         let (left, full_in) = b.remaining();
         assert_eq!(left, 0.0, "an overdrawn bucket shows nothing left");
         assert!(full_in > Duration::from_secs(149), "{full_in:?}");
+        // A debt larger than the bucket is carried whole, not forgiven.
+        b.adjust(-500.0);
+        assert!(b.remaining().1 > Duration::from_secs(649));
+        assert!(matches!(b.take(1.0), Err(Refusal::Wait(d)) if d > Duration::from_secs(549)));
         b.adjust(1e9);
         assert_eq!(b.remaining().0, 100.0, "never above capacity");
     }

@@ -18,6 +18,9 @@
 //!       llama-3-8b: { tokensPerMinute: 20000 }
 //! ```
 //!
+//! Names are the tenants' own: [`RESERVED_NAMES`] (`anonymous`, the
+//! tenant of `--auth-token` keys) are refused.
+//!
 //! Errors name the file's line: YAML and field errors where the parser
 //! stopped, semantic ones (a bad digest, a key given twice) at the first
 //! line holding the offending text.
@@ -171,6 +174,12 @@ impl KeyFile {
                     format!("tenant name {name:?} is empty or not printable"),
                 ));
             }
+            if let Some(why) = reserved(name) {
+                return Err(at(
+                    "name:",
+                    format!("tenant name {name:?} is reserved: {why}"),
+                ));
+            }
             if !names.insert(name) {
                 return Err(at(name, format!("tenant {name:?} appears twice")));
             }
@@ -206,6 +215,24 @@ impl KeyFile {
         }
         Ok(())
     }
+}
+
+/// Tenant names the gateway gives callers itself, with why: a tenant of
+/// the file by such a name would be one caller with them (their stored
+/// responses, cache salt, budgets and metrics).
+pub const RESERVED_NAMES: &[(&str, &str)] = &[(
+    super::ANONYMOUS,
+    "it is the tenant of the --auth-token / --auth-token-file keys; name the tenant otherwise",
+)];
+
+/// Why `name` cannot name a tenant of the file, if it cannot: a reserved
+/// name, in any case and with blanks around it.
+fn reserved(name: &str) -> Option<&'static str> {
+    let name = name.trim();
+    RESERVED_NAMES
+        .iter()
+        .find(|(reserved, _)| reserved.eq_ignore_ascii_case(name))
+        .map(|&(_, why)| why)
 }
 
 impl LimitSpec {
@@ -316,6 +343,19 @@ tenants:
             .unwrap_err()
             .contains("64 hex digits"));
         assert!(digest_of("").is_err());
+    }
+
+    #[test]
+    fn reserved_names_are_refused_with_their_line() {
+        for name in ["anonymous", "Anonymous", "\" anonymous\""] {
+            let text =
+                format!("tenants:\n  - name: a\n    keys: [x]\n  - name: {name}\n    keys: [y]\n");
+            let err = KeyFile::parse(&text).unwrap_err();
+            assert!(err.starts_with("line 4: tenant name "), "{name}: {err}");
+            assert!(err.contains("is reserved"), "{name}: {err}");
+            assert!(err.contains("--auth-token"), "{name}: {err}");
+        }
+        assert!(KeyFile::parse("tenants:\n  - name: anonymous-team\n    keys: [x]\n").is_ok());
     }
 
     #[test]

@@ -40,6 +40,25 @@ pub struct Tenant {
     models: Option<Vec<String>>,
     limits: Option<Arc<Limits>>,
     model_limits: HashMap<String, Arc<Limits>>,
+    /// The secret the tenant's prefix-cache salt is derived with: a digest
+    /// of its keys' digests, so the same on every replica reading the same
+    /// keys and unknown to anyone without them.
+    salt_key: KeyDigest,
+}
+
+/// The secret a tenant's cache salt is keyed with, from its keys' digests
+/// (in any order).
+fn salt_key(name: &str, digests: &[KeyDigest]) -> KeyDigest {
+    let mut sorted = digests.to_vec();
+    sorted.sort_unstable();
+    let mut hash = Sha256::new();
+    hash.update(b"flexinfer cache salt key\0");
+    hash.update(name.as_bytes());
+    hash.update(b"\0");
+    for d in &sorted {
+        hash.update(d);
+    }
+    hash.finalize().into()
 }
 
 /// The buckets of one limit.
@@ -159,7 +178,11 @@ fn refused(kind: &str, tenant: &str, refusal: Refusal, bucket: &Bucket, cost: f6
 }
 
 impl Tenant {
-    fn from_spec(spec: &keyfile::TenantSpec, previous: Option<&Tenant>) -> Self {
+    fn from_spec(
+        spec: &keyfile::TenantSpec,
+        digests: &[KeyDigest],
+        previous: Option<&Tenant>,
+    ) -> Self {
         // Buckets of unchanged limits carry over a reload.
         let keep = |old: Option<&Arc<Limits>>, spec: LimitSpec| match old {
             Some(old) if old.spec == spec => old.clone(),
@@ -180,17 +203,30 @@ impl Tenant {
                     (model.clone(), keep(old, *l))
                 })
                 .collect(),
+            salt_key: salt_key(&spec.name, digests),
         }
     }
 
-    fn anonymous() -> Self {
+    fn anonymous(digests: &[KeyDigest]) -> Self {
         Self {
             name: Arc::from(ANONYMOUS),
             priority: Priority::Normal,
             models: None,
             limits: None,
             model_limits: HashMap::new(),
+            salt_key: salt_key(ANONYMOUS, digests),
         }
+    }
+
+    /// The `cache_salt` engines get for this tenant's requests whose own
+    /// salt was `client` (raw JSON): the same on every replica, different
+    /// between tenants, and not computable without the tenant's keys.
+    pub fn cache_salt(&self, client: Option<&str>) -> String {
+        let mut hash = Sha256::new();
+        hash.update(self.salt_key);
+        hash.update(client.unwrap_or_default().as_bytes());
+        let digest = hash.finalize();
+        format!("t-{}", hex::encode(&digest[..16]))
     }
 
     /// Whether the tenant may use `model` (an exact name, or a prefix
@@ -202,6 +238,24 @@ impl Tenant {
                 None => p == model,
             })
         })
+    }
+
+    /// The most output tokens one request of `model` with `prompt` prompt
+    /// tokens can be charged by the tenant's token budgets that count
+    /// output: the smallest such bucket, less the prompt where it counts
+    /// both. `None` when no budget counts output.
+    pub fn output_room(&self, model: &str, prompt: u64) -> Option<u64> {
+        self.limits_for(model)
+            .filter_map(|l| {
+                let bucket = l.tokens.as_ref()?;
+                let capacity = bucket.capacity() as u64;
+                match l.spec.count_tokens {
+                    TokenKind::Input => None,
+                    TokenKind::Output => Some(capacity),
+                    TokenKind::Total => Some(capacity.saturating_sub(prompt)),
+                }
+            })
+            .min()
     }
 
     /// Whether any limit applies to `model`'s requests.
@@ -386,16 +440,20 @@ impl Tenants {
         let by_name: HashMap<&str, &Arc<Tenant>> =
             previous.values().map(|t| (&*t.name, t)).collect();
         let mut table = HashMap::new();
-        let anonymous = Arc::new(Tenant::anonymous());
+        let anonymous = Arc::new(Tenant::anonymous(&self.anonymous));
         for digest in &self.anonymous {
             table.insert(*digest, anonymous.clone());
         }
         let specs = file.as_ref().map_or(&[][..], |f| &f.tenants[..]);
         for spec in specs {
             let old = by_name.get(spec.name.as_str()).map(|t| t.as_ref());
-            let tenant = Arc::new(Tenant::from_spec(spec, old));
-            for key in &spec.keys {
-                let digest = keyfile::digest_of(key).map_err(|e| anyhow::anyhow!(e))?;
+            let digests = spec
+                .keys
+                .iter()
+                .map(|key| keyfile::digest_of(key).map_err(|e| anyhow::anyhow!(e)))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let tenant = Arc::new(Tenant::from_spec(spec, &digests, old));
+            for digest in digests {
                 if table.insert(digest, tenant.clone()).is_some() {
                     anyhow::bail!(
                         "a key of tenant {:?} is also given by --auth-token",
@@ -485,6 +543,26 @@ mod tests {
         // Two requests of burst 2 were taken: the third is refused.
         let err = a.admit("llama", Estimate::default()).unwrap_err();
         assert!(err.message.contains("requests"), "{}", err.message);
+    }
+
+    #[test]
+    fn cache_salts_are_keyed_by_the_tenants_keys() {
+        let (_f, t) = tenants("tenants:\n  - {name: a, keys: [ka]}\n  - {name: b, keys: [kb]}\n");
+        let (a, b) = (t.identify(b"ka").unwrap(), t.identify(b"kb").unwrap());
+        let salt = a.cache_salt(None);
+        assert_eq!(salt, a.cache_salt(None));
+        assert_eq!(salt.len(), 34);
+        assert_ne!(salt, b.cache_salt(None));
+        assert_ne!(salt, a.cache_salt(Some("\"x\"")));
+        // Not the digest of the public name alone, as it once was.
+        let mut named = Sha256::new();
+        named.update(b"flexinfer cache salt\0a\0");
+        assert_ne!(salt, format!("t-{}", hex::encode(&named.finalize()[..16])));
+        // Same keys, same salt (another replica); other keys, another salt.
+        let (_g, again) = tenants("tenants:\n  - {name: a, keys: [ka]}\n");
+        assert_eq!(again.identify(b"ka").unwrap().cache_salt(None), salt);
+        let (_h, other) = tenants("tenants:\n  - {name: a, keys: [kz]}\n");
+        assert_ne!(other.identify(b"kz").unwrap().cache_salt(None), salt);
     }
 
     #[test]

@@ -98,8 +98,8 @@ async fn early_refusals_reach_clients_that_send_the_whole_body_first() {
 async fn sigterm_with_nothing_in_flight_exits_within_a_second() {
     let sim = pod("pod-a", &["m"], &[]);
     let yaml = format!("models:\n- name: m\n  endpoints: {}\n", endpoints(&[&sim]));
-    // The default drain delay (5 s): waited only while requests are in flight.
-    let mut gw = Gateway::start(&yaml, &["--shutdown-drain-delay", "5s"]);
+    // No drain delay to serve through: nothing in flight means no wait.
+    let mut gw = Gateway::start(&yaml, &["--shutdown-drain-delay", "0s"]);
     let body = serde_json::to_vec(&support::chat("m")).unwrap();
     let resp = support::post_json(&gw.url("/v1/chat/completions"), &body, &[]).await;
     assert_eq!(resp.status(), 200);

@@ -440,8 +440,8 @@ mod fault_lane {
         let buffered = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n";
         let (status, body) = answered_then_closed(gw.addr, buffered).await;
         assert_eq!(status, 400, "{body}");
-        // Streamed: the model comes from a header and the body goes
-        // through unread.
+        // The model from a header, a body no engine reads as JSON: read
+        // all the same (every POST body is).
         let streamed = b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nX-Model-ID: m\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nRIFF\r\nzz\r\nxx\r\n0\r\n\r\n";
         let (status, body) = answered_then_closed(gw.addr, streamed).await;
         assert_eq!(status, 400, "{body}");

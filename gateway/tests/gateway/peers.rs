@@ -8,29 +8,33 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use flexinfer_gateway::peers::codec::{encode, EndpointBlocks, ModelBlocks};
-use flexinfer_gateway::peers::signature::{
-    Key, PEER_ID_HEADER, PEER_SIGNATURE_HEADER, PEER_TIME_HEADER,
-};
+use flexinfer_gateway::peers::envelope::SignedRequest;
+use flexinfer_gateway::peers::signature::{now_ms, Key};
 use flexinfer_gateway::peers::RECORDS_PATH;
 use flexinfer_gateway::routing::PromptBlocks;
 use serde_json::json;
+use support::peer::{raw_request, TestPeer};
 use support::{endpoints, free_port, pod, post_json, served_by, Gateway, SimProcess};
 
 const PODS: [&str; 4] = ["pod-a", "pod-b", "pod-c", "pod-d"];
-const SECRET: &str = "replicas-share-this-secret";
+/// The secret the replicas of these tests share.
+pub(crate) const SECRET: &str = "replicas-share-this-secret";
 
-fn cache_aware(sims: &[&SimProcess]) -> String {
+/// A cache-aware model `m` on `sims`.
+pub(crate) fn cache_aware(sims: &[&SimProcess]) -> String {
     format!(
         "models:\n- name: m\n  routing: cache-aware\n  endpoints: {}\n",
         endpoints(sims)
     )
 }
 
-fn pods() -> Vec<SimProcess> {
+/// Four pods serving `m`.
+pub(crate) fn pods() -> Vec<SimProcess> {
     pods_with(&[])
 }
 
-fn pods_with(extra: &[&str]) -> Vec<SimProcess> {
+/// [`pods`] with `extra` simulator flags.
+pub(crate) fn pods_with(extra: &[&str]) -> Vec<SimProcess> {
     PODS.iter()
         .map(|p| {
             let mut args = vec!["--prefix-cache-blocks", "200"];
@@ -42,7 +46,7 @@ fn pods_with(extra: &[&str]) -> Vec<SimProcess> {
 
 /// A gateway in front of `sims` with a peer listener (its only peer is
 /// unreachable): the gateway, its listener and pod-d's address.
-fn listening_gateway(sims: &[SimProcess]) -> (Gateway, String, SocketAddr) {
+pub(crate) fn listening_gateway(sims: &[SimProcess]) -> (Gateway, String, SocketAddr) {
     let refs: Vec<&SimProcess> = sims.iter().collect();
     let listen = format!("127.0.0.1:{}", free_port());
     let gw = Gateway::start(
@@ -75,12 +79,13 @@ fn system_prompt(tenant: usize) -> String {
         .join(" ")
 }
 
-fn turn(tenant: usize, turn: usize) -> Vec<u8> {
+/// Turn `turn` of `tenant`'s conversation, asking for two tokens.
+pub(crate) fn turn(tenant: usize, turn: usize) -> Vec<u8> {
     long_turn(tenant, turn, 2)
 }
 
 /// [`turn`] asking for `max_tokens` tokens.
-fn long_turn(tenant: usize, turn: usize, max_tokens: u32) -> Vec<u8> {
+pub(crate) fn long_turn(tenant: usize, turn: usize, max_tokens: u32) -> Vec<u8> {
     let messages = json!([
         {"role": "system", "content": system_prompt(tenant)},
         {"role": "user", "content": format!("question {turn} of tenant {tenant}")},
@@ -90,7 +95,7 @@ fn long_turn(tenant: usize, turn: usize, max_tokens: u32) -> Vec<u8> {
 }
 
 /// The prompt blocks the gateway computes for [`turn`]'s request.
-fn blocks(tenant: usize, turn: usize) -> Vec<u64> {
+pub(crate) fn blocks(tenant: usize, turn: usize) -> Vec<u64> {
     let text = format!(
         "{}\nquestion {turn} of tenant {tenant}\n",
         system_prompt(tenant)
@@ -99,13 +104,14 @@ fn blocks(tenant: usize, turn: usize) -> Vec<u64> {
 }
 
 /// Starts one gateway per peer port, each naming all the others.
-fn peered(yaml: &str, ports: &[u16], extra: &[&str]) -> Vec<Gateway> {
+pub(crate) fn peered(yaml: &str, ports: &[u16], extra: &[&str]) -> Vec<Gateway> {
     (0..ports.len())
         .map(|i| start_peer(yaml, ports, i, extra))
         .collect()
 }
 
-fn start_peer(yaml: &str, ports: &[u16], i: usize, extra: &[&str]) -> Gateway {
+/// Starts the gateway listening on `ports[i]` and naming the others.
+pub(crate) fn start_peer(yaml: &str, ports: &[u16], i: usize, extra: &[&str]) -> Gateway {
     let others: Vec<String> = ports
         .iter()
         .enumerate()
@@ -130,12 +136,13 @@ fn start_peer(yaml: &str, ports: &[u16], i: usize, extra: &[&str]) -> Gateway {
     Gateway::start(yaml, &args)
 }
 
-async fn metric(gw: &Gateway, series: &str) -> f64 {
+/// One series of `gw`'s metrics.
+pub(crate) async fn metric(gw: &Gateway, series: &str) -> f64 {
     support::metric_value(&gw.metrics().await, series)
 }
 
 /// Waits until `gw` merged a snapshot from `n` peers (each link is up).
-async fn wait_linked(gw: &Gateway, n: usize) {
+pub(crate) async fn wait_linked(gw: &Gateway, n: usize) {
     let series = "flexinfer_proxy_routing_peer_snapshots_total{result=\"applied\"}";
     let deadline = Instant::now() + Duration::from_secs(15);
     while metric(gw, series).await < n as f64 {
@@ -145,7 +152,7 @@ async fn wait_linked(gw: &Gateway, n: usize) {
 }
 
 /// Sends one request and returns the pod and the route decision.
-async fn send(gw: &Gateway, body: &[u8]) -> (String, String) {
+pub(crate) async fn send(gw: &Gateway, body: &[u8]) -> (String, String) {
     let resp = post_json(&gw.url("/v1/chat/completions"), body, &[]).await;
     assert_eq!(resp.status(), 200);
     let route = resp
@@ -282,82 +289,84 @@ async fn a_dead_or_silent_peer_never_delays_a_pick() {
     assert!(failed > 0.0, "{metrics}");
 }
 
-/// Posts `body` to a peer listener with the given signature headers.
-async fn post_records(addr: &str, body: Vec<u8>, headers: &[(&str, String)]) -> u16 {
-    let mut req = support::client()
-        .post(format!("http://{addr}{RECORDS_PATH}"))
-        .body(body);
-    for (name, value) in headers {
-        req = req.header(*name, value);
-    }
-    req.send()
-        .await
-        .expect("peer listener answers")
-        .status()
-        .as_u16()
+/// A claim that `target` was sent `tenant`'s first prompt (and `picks`
+/// requests).
+pub(crate) fn claim(target: SocketAddr, tenant: usize, picks: u32) -> Vec<u8> {
+    let mut hashes = blocks(tenant, 0);
+    hashes.reverse();
+    records(&[(target, picks, hashes)])
+}
+
+/// A records body for model `m`: per endpoint, its picks and blocks.
+pub(crate) fn records(endpoints: &[(SocketAddr, u32, Vec<u64>)]) -> Vec<u8> {
+    encode(&[ModelBlocks {
+        model: "m".into(),
+        endpoints: endpoints
+            .iter()
+            .map(|(addr, picks, hashes)| EndpointBlocks {
+                addr: *addr,
+                picks: *picks,
+                hashes: hashes.clone(),
+            })
+            .collect(),
+    }])
+    .0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_correctly_signed_peer_updates_change_routing() {
     let sims = pods();
     let (gw, listen, target) = listening_gateway(&sims);
+    let mut peer = TestPeer::new(&listen, SECRET, "replica-b-1");
+    let receiver = peer.hello().await;
     // A forged claim: pod-d holds tenants 0 and 1's prompts.
-    let claim = |tenant: usize| {
-        let mut hashes = blocks(tenant, 0);
-        hashes.reverse();
-        encode(&[ModelBlocks {
-            model: "m".into(),
-            endpoints: vec![EndpointBlocks {
-                addr: target,
-                picks: 0,
-                hashes,
-            }],
-        }])
-        .0
+    let body = claim(target, 0, 0);
+    let post = |key: &Key, body: &[u8], seq: u64, age_ms: u64| {
+        let mut signed = SignedRequest::new(
+            key,
+            ("POST", RECORDS_PATH),
+            ("intruder", &receiver),
+            seq,
+            body,
+        );
+        signed.envelope.time_ms = now_ms() - age_ms;
+        let signed = SignedRequest::sign(key, ("POST", RECORDS_PATH), signed.envelope);
+        raw_request("POST", RECORDS_PATH, &signed.headers(), body)
     };
-    let body = claim(0);
+    let status = |bytes: Vec<u8>| {
+        let listen = peer.listen;
+        async move { support::peer::exchange(listen, &bytes).await.status }
+    };
     let right = Key::new(SECRET.as_bytes());
     let wrong = Key::new(b"not-the-shared-secret");
-    let headers = |key: &Key, body: &[u8], age_ms: u64| {
-        let now = flexinfer_gateway::peers::signature::now_ms();
-        let signed = key.sign_at("POST", RECORDS_PATH, "intruder", body, now - age_ms);
-        vec![
-            (PEER_ID_HEADER, signed.id),
-            (PEER_TIME_HEADER, signed.time_ms.to_string()),
-            (PEER_SIGNATURE_HEADER, signed.signature),
-        ]
-    };
-    assert_eq!(post_records(&listen, body.clone(), &[]).await, 401);
-    assert_eq!(
-        post_records(&listen, body.clone(), &headers(&wrong, &body, 0)).await,
-        401
+    let unsigned = raw_request(
+        "POST",
+        RECORDS_PATH,
+        &[("content-length", body.len().to_string())],
+        &body,
     );
-    assert_eq!(
-        post_records(&listen, body.clone(), &headers(&right, &body, 120_000)).await,
-        401
-    );
-    // The body signed, but another one sent.
-    let other = claim(1);
-    assert_eq!(
-        post_records(&listen, other, &headers(&right, &body, 0)).await,
-        401
-    );
+    assert_eq!(status(unsigned).await, 401);
+    assert_eq!(status(post(&wrong, &body, 1, 0)).await, 401);
+    assert_eq!(status(post(&right, &body, 2, 120_000)).await, 401);
+    // The body signed, but another one sent: its hash differs (400).
+    let mut tampered = post(&right, &body, 3, 0);
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    assert_eq!(status(tampered).await, 400);
     let unauthorized = metric(
         &gw,
         "flexinfer_proxy_routing_peer_requests_total{result=\"unauthorized\"}",
     )
     .await;
-    assert_eq!(unauthorized, 4.0);
+    assert_eq!(unauthorized, 3.0);
     // Nothing was learned: tenant 0's first request is placed on load.
     let (_, reason) = send(&gw, &turn(0, 0)).await;
     assert_eq!(reason, "load");
 
     // The same claim, signed with the shared secret, is believed.
-    let body = claim(1);
-    assert_eq!(
-        post_records(&listen, body.clone(), &headers(&right, &body, 0)).await,
-        204
-    );
+    let (request, reply) = peer.post_records(&claim(target, 1, 0)).await;
+    assert_eq!(reply.status, 204, "{reply:?}");
+    assert!(reply.signed_for(&peer.key, &request.signed));
     let (pod, reason) = send(&gw, &turn(1, 0)).await;
     assert_eq!((pod.as_str(), reason.as_str()), ("pod-d", "prefix_hit"));
 }
@@ -394,31 +403,10 @@ async fn a_peers_picks_count_in_the_load_bound() {
     // Slow pods: a 40-token answer takes about two seconds.
     let sims = pods_with(&["--tokens-per-second", "20"]);
     let (gw, listen, target) = listening_gateway(&sims);
-    let key = Key::new(SECRET.as_bytes());
-    let post = |picks: u32, hashes: Vec<u64>| {
-        let body = encode(&[ModelBlocks {
-            model: "m".into(),
-            endpoints: vec![EndpointBlocks {
-                addr: target,
-                picks,
-                hashes,
-            }],
-        }])
-        .0;
-        let now = flexinfer_gateway::peers::signature::now_ms();
-        let signed = key.sign_at("POST", RECORDS_PATH, "replica-b", &body, now);
-        let headers = vec![
-            (PEER_ID_HEADER, signed.id),
-            (PEER_TIME_HEADER, signed.time_ms.to_string()),
-            (PEER_SIGNATURE_HEADER, signed.signature),
-        ];
-        let listen = listen.clone();
-        async move { post_records(&listen, body, &headers).await }
-    };
+    let mut peer = TestPeer::new(&listen, SECRET, "replica-b-1");
+    peer.hello().await;
     // A peer sent tenant 1 to pod-d.
-    let mut hashes = blocks(1, 0);
-    hashes.reverse();
-    assert_eq!(post(0, hashes).await, 204);
+    assert_eq!(peer.post_records(&claim(target, 1, 0)).await.1.status, 204);
     // Five long requests of the tenant keep pod-d busy, over the floor.
     let url = gw.url("/v1/chat/completions");
     let busy: Vec<_> = (1..=5)
@@ -436,7 +424,8 @@ async fn a_peers_picks_count_in_the_load_bound() {
     assert_eq!((pod.as_str(), reason.as_str()), ("pod-d", "prefix_hit"));
     // The peer reports it sent most of the recent requests there too: pod-d
     // is over its share, and the tenant spills to another pod.
-    assert_eq!(post(200, Vec::new()).await, 204);
+    let picks = records(&[(target, 200, Vec::new())]);
+    assert_eq!(peer.post_records(&picks).await.1.status, 204);
     let (pod, reason) = send(&gw, &turn(1, 7)).await;
     assert_ne!(pod, "pod-d");
     assert_eq!(reason, "load");

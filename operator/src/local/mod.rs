@@ -9,7 +9,7 @@
 //! starts. The gateway embeds it in local mode.
 //!
 //! Layout: [`spec`] (what to run), [`crate::lifecycle`] (what waiters see), `process`
-//! (one child), `health` (its readiness probe), `group` (a shared group's
+//! (one child; its output goes through [`redact`]), `health` (its readiness probe), `group` (a shared group's
 //! decisions and history), `supervisor` (the task that owns everything:
 //! `model` its per-model state, `publish` what it tells the outside),
 //! `shared` (what handles and supervisor share), [`report`] (the admin
@@ -19,6 +19,7 @@ mod actuator;
 mod group;
 mod health;
 mod process;
+pub mod redact;
 pub mod report;
 mod shared;
 pub mod spec;

@@ -1,6 +1,7 @@
 //! One model server as a child process: spawned in its own process group,
-//! its output forwarded to `tracing`, stopped with SIGTERM then SIGKILL, and
-//! its exit reported once with the last lines it wrote to stderr.
+//! its output forwarded to `tracing` with secrets redacted, stopped with
+//! SIGTERM then SIGKILL, and its exit reported once with the last lines it
+//! wrote to stderr (redacted too).
 
 use std::collections::VecDeque;
 use std::io;
@@ -12,6 +13,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::redact::redact;
 use super::spec::LocalModelSpec;
 use super::stray::MANAGED_MODEL_ENV;
 
@@ -240,8 +242,9 @@ pub(super) fn signal_group(pgid: u32, signal: libc::c_int) {
 /// The last stderr lines of a child.
 type Tail = Arc<Mutex<VecDeque<String>>>;
 
-/// Forwards each output line to `tracing` (target `flexinfer_operator::local::process`,
-/// fields `model` and `stream`), keeping the last lines in `tail` if given.
+/// Forwards each output line, secrets redacted ([`redact`]), to `tracing`
+/// (target `flexinfer_operator::local::process`, fields `model` and
+/// `stream`), keeping the last lines in `tail` if given.
 async fn forward_lines(
     output: impl AsyncRead + Unpin,
     model: Arc<str>,
@@ -252,14 +255,14 @@ async fn forward_lines(
     let mut raw = Vec::new();
     while let Ok(true) = next_line(&mut reader, &mut raw).await {
         let line = String::from_utf8_lossy(&raw);
-        let line = line.trim_end_matches(['\r', '\n']);
+        let line = redact(line.trim_end_matches(['\r', '\n']));
         tracing::info!(model = %model, stream, "{line}");
         if let Some(tail) = &tail {
             let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
             if tail.len() == STDERR_TAIL_LINES {
                 tail.pop_front();
             }
-            tail.push_back(line.to_owned());
+            tail.push_back(line.into_owned());
         }
     }
 }
@@ -325,6 +328,24 @@ mod tests {
         assert_eq!(tail.len(), STDERR_TAIL_LINES);
         assert_eq!(tail.front().map(String::as_str), Some("line 10"));
         assert_eq!(tail.back().map(String::as_str), Some("line 29"));
+    }
+
+    #[tokio::test]
+    async fn kept_lines_are_redacted() {
+        let input = "starting\nHF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123 in env\n";
+        let tail = Tail::default();
+        forward_lines(
+            input.as_bytes(),
+            Arc::from("m"),
+            "stderr",
+            Some(tail.clone()),
+        )
+        .await;
+        let tail = tail.lock().unwrap();
+        assert_eq!(
+            tail.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["starting", "HF_TOKEN=[REDACTED] in env"]
+        );
     }
 
     #[tokio::test]

@@ -1,6 +1,8 @@
 //! Test support: the real gateway binary and real simulator processes on loopback.
 #![allow(dead_code)]
 
+pub mod peer;
+
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
