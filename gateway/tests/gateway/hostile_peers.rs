@@ -459,7 +459,10 @@ async fn twenty_concurrent_unsigned_8_mib_posts_leave_memory_bounded() {
     for (path, expected, statuses) in answers {
         eprintln!("{path}: {} of 20 posts read their answer", statuses.len());
         assert!(!statuses.is_empty(), "{path}: no answer");
-        assert!(statuses.iter().all(|s| *s == expected), "{path}: {statuses:?}");
+        assert!(
+            statuses.iter().all(|s| *s == expected),
+            "{path}: {statuses:?}"
+        );
     }
     let rejected = |reason: &str| {
         format!("flexinfer_proxy_routing_peer_rejected_total{{reason=\"{reason}\"}}")
