@@ -124,6 +124,7 @@ pub fn check_case(case: &Case) {
             boundary: BOUNDARY.to_owned(),
         },
         (true, 2) => BodyKind::Untyped,
+        (true, _) => BodyKind::Foreign,
         _ => BodyKind::Other,
     };
     assert_eq!(kind, want_kind);

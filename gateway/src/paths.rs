@@ -26,19 +26,9 @@ pub const INFERENCE_PATHS: &[&str] = &[
     "/v1/rerank",
 ];
 
-/// Routes whose POST body an engine reads as an API request: the OpenAI and
-/// Anthropic APIs of [`INFERENCE_PATHS`] and the engines' own inference
-/// routes (llama.cpp, Ollama, SGLang, vLLM), whichever a model serves. A
-/// body there that the gateway cannot read as JSON or a form is refused.
-const API_BODY_PATHS: &[&str] = &[
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/audio",
-    "/v1/images",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/rerank",
+/// The engines' own inference routes (llama.cpp, Ollama, SGLang, vLLM),
+/// reachable where a model's `servePaths` opens them.
+const ENGINE_API_PATHS: &[&str] = &[
     "/v1/score",
     "/chat/completions",
     "/completions",
@@ -59,12 +49,18 @@ const API_BODY_PATHS: &[&str] = &[
 ];
 
 /// Whether `path` (as an engine's router matches it) is a route whose POST
-/// body is an API request ([`API_BODY_PATHS`], or below one).
+/// body an engine reads as an API request: the APIs of [`INFERENCE_PATHS`]
+/// (but the model listing) and [`ENGINE_API_PATHS`], or below one. A body
+/// there that the gateway cannot read as JSON or a form is refused.
 pub fn is_api_body_path(path: &str) -> bool {
-    API_BODY_PATHS.iter().any(|p| {
-        path.strip_prefix(p)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-    })
+    INFERENCE_PATHS
+        .iter()
+        .filter(|p| **p != "/v1/models")
+        .chain(ENGINE_API_PATHS)
+        .any(|p| {
+            path.strip_prefix(p)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
 }
 
 /// Paths that change what a model server serves (LoRA adapters): forwarded
@@ -206,6 +202,22 @@ fn contains_escape(segment: &str, hex: &[u8; 2]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_body_paths_are_the_apis_and_the_engines_routes() {
+        for api in [
+            "/v1/chat/completions",
+            "/v1/audio/transcriptions",
+            "/v1/messages",
+            "/completion",
+            "/api/generate",
+        ] {
+            assert!(is_api_body_path(api), "{api}");
+        }
+        for other in ["/v1/models", "/v1/chat/completionsx", "/upload/image", "/"] {
+            assert!(!is_api_body_path(other), "{other}");
+        }
+    }
 
     #[test]
     fn the_inference_api_is_served_by_default_and_nothing_else() {

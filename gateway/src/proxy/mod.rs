@@ -3,10 +3,10 @@
 //! side routes → auth → global limit → extract → resolve → per-model limit
 //! → admit (cold start) → route → rewrite → forward → record.
 //!
-//! Requests whose model is known from the head (header or path prefix) and
-//! whose body the gateway does not need stream straight through. Requests
-//! that must be read first (JSON bodies to route on and rewrite, multipart
-//! bodies carrying the model) are buffered up to the body limit; bodies up
+//! Every POST body is read first, whatever its Content-Type, since engines
+//! read it whatever the head says (JSON bodies to route on and rewrite,
+//! multipart forms whose `model` must match): it is buffered up to the
+//! body limit; other methods' bodies stream straight through. Bodies up
 //! to Pingora's 64 KiB retry buffer go through the upstream phases, larger
 //! ones through a subrequest with the body preset ([`buffered`]).
 //!
