@@ -10,7 +10,7 @@ use pingora_http::ResponseHeader;
 
 use crate::extract::JsonView;
 use crate::metrics::Metrics;
-use crate::tenants::{Estimate, Tenant, TokenCharge, Usage, UsageMeter, UsageStripper};
+use crate::tenants::{Tenant, TokenCharge, Usage, UsageMeter, UsageStripper};
 
 /// A request's tenant accounting.
 pub(super) struct Metering {
@@ -29,25 +29,9 @@ pub(super) struct Metering {
     ended: bool,
 }
 
-/// What admission expects a request to use: everything the engine puts in
+/// The estimated prompt tokens of a request: everything an engine puts in
 /// its prompt (`messages`, `prompt` or `input`, `system`, `instructions`,
-/// `tools`; see [`crate::tokens`]) and its output-token limit (`output`
-/// when the request gives none) for each sequence it asks for (`n`,
-/// `best_of`).
-pub(super) fn estimate(json: Option<&JsonView<'_>>, output: Option<u64>) -> Estimate {
-    let Some(v) = json else {
-        return Estimate::default();
-    };
-    let limit = v.output_limit.as_ref().map(|l| l.value).or(output);
-    Estimate {
-        prompt: prompt_tokens(v),
-        output: limit
-            .unwrap_or(0)
-            .saturating_mul(v.sequences.unwrap_or(1).max(1)),
-    }
-}
-
-/// The estimated prompt tokens of a request.
+/// `tools`; see [`crate::tokens`]).
 pub(super) fn prompt_tokens(v: &JsonView<'_>) -> u64 {
     let parts: Vec<&str> = [
         v.messages,
@@ -185,7 +169,7 @@ impl Drop for Metering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tenants::Tenants;
+    use crate::tenants::{Estimate, Tenants};
 
     #[test]
     fn a_request_refused_after_its_charge_gets_the_tokens_back() {

@@ -27,7 +27,7 @@ use crate::flow::{Class, Waiter};
 use crate::label_groups::{GroupKeys, GroupTicket, LabelGroup};
 use crate::registry::{ModelRoute, Resolved};
 use crate::routing::{self, KeySource, RoutingInputs, Strategy};
-use crate::tenants::Tenant;
+use crate::tenants::{Estimate, Tenant};
 
 /// Pingora's retry buffer: a body up to this size is sent upstream by
 /// Pingora, in one piece (`request_body_filter`); a larger one by
@@ -440,40 +440,46 @@ impl Gateway {
         generation: bool,
     ) -> Result<(Box<Metering>, Option<u64>), ApiError> {
         let model = &resolved.route.name;
+        if !tenant.has_limits(model) {
+            // Nothing to charge: the prompt is not even looked at.
+            return Ok((Box::new(Metering::new(tenant, None, 0)), None));
+        }
         let prompt = json.map_or(0, metering::prompt_tokens);
+        let sequences = json.and_then(|v| v.sequences).unwrap_or(1).max(1);
         let unlimited = json.is_some_and(|v| v.output_limit.is_none() && !is_empty_object(v));
         let default_limit = (generation && unlimited && clamp.is_none())
             .then(|| tenant.output_room(model, prompt))
             .flatten()
             .map(|room| {
-                let sequences = json.and_then(|v| v.sequences).unwrap_or(1).max(1);
                 (room / sequences)
                     .min(self.settings.tenant_default_max_tokens)
                     .max(1)
             });
-        let charge = if tenant.has_limits(model) {
-            let mut estimate = metering::estimate(json, default_limit);
-            if let Some(c) = clamp {
-                let sequences = json.and_then(|v| v.sequences).unwrap_or(1).max(1);
-                estimate.output = c.to.saturating_mul(sequences);
-            }
-            let charge = tenant.admit(model, estimate).inspect_err(|e| {
-                let scope = if e.message.contains(" tokens") {
-                    "tenant_tokens"
-                } else {
-                    "tenant_requests"
-                };
-                self.metrics
-                    .rate_limited
-                    .with_label_values(&[model, scope])
-                    .inc();
-            })?;
-            Some(charge)
-        } else {
-            None
+        let output = match clamp {
+            Some(c) => c.to,
+            None => json
+                .and_then(|v| v.output_limit.as_ref())
+                .map(|l| l.value)
+                .or(default_limit)
+                .unwrap_or(0),
         };
+        let estimate = Estimate {
+            prompt,
+            output: output.saturating_mul(sequences),
+        };
+        let charge = tenant.admit(model, estimate).inspect_err(|e| {
+            let scope = if e.message.contains(" tokens") {
+                "tenant_tokens"
+            } else {
+                "tenant_requests"
+            };
+            self.metrics
+                .rate_limited
+                .with_label_values(&[model, scope])
+                .inc();
+        })?;
         Ok((
-            Box::new(Metering::new(tenant, charge, prompt)),
+            Box::new(Metering::new(tenant, Some(charge), prompt)),
             default_limit,
         ))
     }
