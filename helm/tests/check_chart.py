@@ -11,7 +11,9 @@ values-global.yaml):
    FlexInfer custom resources against the chart's own CRD schemas
    (jsonschema, unknown fields rejected), Prometheus Operator kinds against
    the few fields FlexInfer sets;
-3. check what the chart promises: names, labels and selectors agree,
+3. check what the chart promises: two renders are identical (nothing
+   random, nothing looked up: GitOps tools render again and compare), names,
+   labels and selectors agree,
    security contexts, probes, resources, images, the scheduler
    configuration, the PrometheusRule matches files/prometheus-rules.yaml,
    and RBAC is least-privilege-structured (one ServiceAccount per
@@ -223,6 +225,11 @@ def render(values: dict | None, label: str) -> list[dict]:
     except helm_python.HelmError as err:
         fail(f"{label}: values.schema.json rejects the values: {err}")
     manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    # A render is a pure function of the values (GitOps tools render again
+    # and again, and compare): nothing random, nothing read from a cluster.
+    again = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    differ = sorted(p for p in set(manifests) | set(again) if manifests.get(p) != again.get(p))
+    check(not differ, f"{label}: two renders differ in {differ}")
     objects = []
     for path, text in sorted(manifests.items()):
         if path.endswith("NOTES.txt"):
@@ -378,12 +385,17 @@ def check_gateway(objects, values, label, expect):
                   f"{label}: peer Service hides starting replicas")
         check(env.get("PROXY_ROUTING_PEERS", {}).get("value", "").startswith(expect["proxy"] + "-peers."),
               f"{label}: PROXY_ROUTING_PEERS does not name the peer Service")
-        check("PROXY_ROUTING_PEER_SECRET_FILE" in env, f"{label}: no peer secret")
-        volumes = {v["name"]: v for v in pod_spec(gw).get("volumes", [])}
-        secret_name = volumes.get("peer-secret", {}).get("secret", {}).get("secretName")
+        secret_name = env.get("PROXY_ROUTING_PEER_SECRET_NAME", {}).get("value")
         existing = ((values or {}).get("gateway", {}).get("peers", {}) or {}).get("existingSecret")
-        check(secret_name is not None and (existing or find(objects, "Secret", secret_name) is not None),
-              f"{label}: peer secret volume names no Secret ({secret_name})")
+        rendered = find(objects, "Secret", secret_name) if secret_name else None
+        check(secret_name is not None and (existing == secret_name or rendered is not None),
+              f"{label}: the peer secret names no Secret ({secret_name})")
+        # Nothing random in a render: the chart's peer Secret holds no data
+        # (the gateway writes it), and the gateway generates only its own.
+        check(rendered is None or not (rendered.get("data") or rendered.get("stringData")),
+              f"{label}: the peer Secret is rendered with data")
+        check(env.get("PROXY_ROUTING_PEER_SECRET_GENERATE", {}).get("value") == ("false" if existing else "true"),
+              f"{label}: PROXY_ROUTING_PEER_SECRET_GENERATE with existingSecret={existing!r}")
     else:
         check("PROXY_ROUTING_PEERS" not in env, f"{label}: peers set with sharing off")
     if expect.get("auth"):
@@ -673,7 +685,7 @@ def check_rbac(objects, label, expect):
                 not {"escalate", "bind", "impersonate"} & set(rule.get("verbs", [])),
                 f"{label}: {kind}/{name} grants escalate/bind/impersonate",
             )
-    check_secret_grants(all_roles, label, expect)
+    check_secret_grants(all_roles, label, expect, peer_secret(objects, expect))
     check_global_gateway_role(all_roles, bindings, label, expect)
     # Per-component shape: what each one must not be able to do (the Rust
     # test compares every grant with the code's tables).
@@ -722,12 +734,28 @@ def check_rbac(objects, label, expect):
         check(sa == prefix + wanted, f"{label}: {w['metadata']['name']} runs as {sa}")
 
 
-def check_secret_grants(all_roles, label, expect):
+def peer_secret(objects, expect):
+    """The gateway replicas' peer Secret as the gateway's env names it:
+    (name, generated), or None with sharing off."""
+    gw = find(objects, "Deployment", expect["proxy"])
+    if gw is None:
+        return None
+    env = {e["name"]: e.get("value") for e in pod_spec(gw)["containers"][0].get("env", [])}
+    name = env.get("PROXY_ROUTING_PEER_SECRET_NAME")
+    return (name, env.get("PROXY_ROUTING_PEER_SECRET_GENERATE") == "true") if name else None
+
+
+def check_secret_grants(all_roles, label, expect, peers=None):
     """No role may touch Secrets unless a feature that reads them is on
     (expect["secrets"]: the component running the controllers and the
     namespaces of its Roles, or None for a ClusterRole with every namespace
     watched); then only that component, only `get`, and every rule on
-    Secrets grants nothing else."""
+    Secrets grants nothing else. The one exception is the gateway's peer
+    Secret (`peers`: its name and whether the gateway generates it): get,
+    list and watch of that one Secret by name in the release namespace's
+    gateway Role, and patch when generated."""
+    if peers is not None:
+        all_roles = check_peer_secret_grants(all_roles, label, expect, peers)
     prefix = expect["fullname"] + "-"
     wanted = expect.get("secrets")
     where = set()
@@ -746,6 +774,32 @@ def check_secret_grants(all_roles, label, expect):
     if wanted is not None:
         expected = set(wanted["namespaces"]) if wanted["namespaces"] is not None else {None}
         check(where == expected, f"{label}: Secrets readable in {where}, expected {expected}")
+
+
+def check_peer_secret_grants(all_roles, label, expect, peers):
+    """Checks the rules on the peer Secret and returns the roles without
+    them."""
+    name, generated = peers
+    gateway = expect["fullname"] + "-gateway"
+    found = set()
+    rest = []
+    for role in all_roles:
+        kept = []
+        for rule in role.get("rules", []):
+            if rule.get("resourceNames") != [name] or "secrets" not in rule.get("resources", []):
+                kept.append(rule)
+                continue
+            where = f"{label}: {role['kind']}/{role['metadata']['name']}"
+            check(role["kind"] == "Role" and role["metadata"]["name"] == gateway
+                  and role["metadata"].get("namespace") == NAMESPACE,
+                  f"{where} grants the peer Secret outside the gateway's release-namespace Role")
+            check(rule.get("resources") == ["secrets"] and rule.get("apiGroups") == [""],
+                  f"{where} mixes the peer Secret with other resources: {rule}")
+            found.update(rule.get("verbs", []))
+        rest.append({**role, "rules": kept})
+    wanted = {"get", "list", "watch"} | ({"patch"} if generated else set())
+    check(found == wanted, f"{label}: the gateway may {sorted(found)} its peer Secret, expected {sorted(wanted)}")
+    return rest
 
 
 def check_global_gateway_role(all_roles, bindings, label, expect):
@@ -801,6 +855,9 @@ def rbac_settings(defaults, values, label, expect):
             ("NodeCache", ext["nodeCache"]), ("FairShare", ext["tenantFairShare"]["enabled"])] if on]
     if "agent" in features:
         features["agent"] += ["KvCache"] if v["agent"]["kvCache"] else []
+    gw = v["gateway"]
+    if "gateway" in features and gw["peers"]["enabled"] and not gw["global"]["enabled"]:
+        features["gateway"] += ["PeerSecret"] + ([] if gw["peers"]["existingSecret"] else ["PeerSecretGenerate"])
     watched = None if v["watch"]["allNamespaces"] else (v["watch"]["namespaces"] or [NAMESPACE])
     return {
         "values": label,

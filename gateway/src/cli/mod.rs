@@ -348,9 +348,35 @@ pub struct Cli {
     #[arg(long, env = "PROXY_ROUTING_PEER_SECRET", hide_env_values = true)]
     pub routing_peer_secret: Option<String>,
 
-    /// File holding the shared secret (surrounding whitespace ignored).
+    /// File holding the shared secret (surrounding whitespace ignored),
+    /// re-read every second: a changed secret is taken up at once.
     #[arg(long, env = "PROXY_ROUTING_PEER_SECRET_FILE")]
     pub routing_peer_secret_file: Option<PathBuf>,
+
+    /// Secret of the gateway's namespace (POD_NAMESPACE) holding the shared
+    /// secret, read and watched through the Kubernetes API: every replica
+    /// takes up a change within moments. Used when neither
+    /// PROXY_ROUTING_PEER_SECRET nor PROXY_ROUTING_PEER_SECRET_FILE is set.
+    #[arg(long, env = "PROXY_ROUTING_PEER_SECRET_NAME")]
+    pub routing_peer_secret_name: Option<String>,
+
+    /// Key of that Secret's data holding the shared secret.
+    #[arg(long, env = "PROXY_ROUTING_PEER_SECRET_KEY", default_value = "secret")]
+    pub routing_peer_secret_key: String,
+
+    /// Write a random secret into that Secret when its key is missing or
+    /// empty (the chart renders the Secret without data, so that a render
+    /// holds nothing random). The first replica's write wins; the others
+    /// read its value.
+    #[arg(long, env = "PROXY_ROUTING_PEER_SECRET_GENERATE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub routing_peer_secret_generate: bool,
+
+    /// After the shared secret changes, messages are signed with both the
+    /// new and the previous secret, and either is accepted, for this long:
+    /// replicas that see the change later keep sharing meanwhile (0: the
+    /// previous secret is refused at once).
+    #[arg(long, env = "PROXY_ROUTING_PEER_SECRET_GRACE", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub routing_peer_secret_grace: Duration,
 
     /// Time between two batches of records sent to the peers.
     #[arg(long, env = "PROXY_ROUTING_PEER_FLUSH_INTERVAL", default_value = "25ms", value_parser = humantime::parse_duration)]

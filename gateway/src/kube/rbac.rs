@@ -7,7 +7,9 @@
 //! ([`CLUSTER_SCOPED`], Nodes) through a ClusterRole: exactly these, as
 //! `docs/gen/tests/docs/helm_chart.rs` checks ([`grants`]).
 
-use flexinfer_crds::rbac::{Grant, Scope};
+use flexinfer_crds::rbac::{Grant, Scope, When};
+
+use crate::peers::secret::{PEER_SECRET_GENERATE_RULE, PEER_SECRET_READ_RULE};
 
 pub use flexinfer_crds::rbac::RbacRule;
 
@@ -54,9 +56,11 @@ pub fn verbs(group: &str, resource: &str) -> &'static [&'static str] {
 }
 
 /// [`RBAC_RULES`] with where each is granted: cluster-wide for
-/// [`CLUSTER_SCOPED`] resources, in the watched namespaces otherwise.
+/// [`CLUSTER_SCOPED`] resources, in the watched namespaces otherwise; and
+/// the peer Secret's rules, in the gateway's own namespace on that one
+/// Secret ([`crate::peers::secret`]).
 pub fn grants() -> Vec<Grant> {
-    RBAC_RULES
+    let mut grants: Vec<Grant> = RBAC_RULES
         .iter()
         .map(|&rule| {
             let scope = if CLUSTER_SCOPED.contains(&rule.1) {
@@ -66,7 +70,18 @@ pub fn grants() -> Vec<Grant> {
             };
             Grant::new(scope, rule)
         })
-        .collect()
+        .collect();
+    grants.push(
+        Grant::new(Scope::Own, PEER_SECRET_READ_RULE)
+            .when(When::PeerSecret)
+            .by_name(),
+    );
+    grants.push(
+        Grant::new(Scope::Own, PEER_SECRET_GENERATE_RULE)
+            .when(When::PeerSecretGenerate)
+            .by_name(),
+    );
+    grants
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use pingora_http::RequestHeader;
 
 use super::answer;
 use super::envelope::SignedRequest;
-use super::signature::Key;
+use super::keyring::KeySet;
 
 /// How long an idle connection to a peer is kept for the next batch.
 const IDLE: Duration = Duration::from_secs(30);
@@ -55,14 +55,14 @@ pub struct Request<'a> {
 pub async fn exchange(
     connector: &Connector,
     addr: SocketAddr,
-    key: &Key,
+    keys: &KeySet,
     request: Request<'_>,
     timeout: Duration,
     max_answer: usize,
 ) -> Result<Answer, String> {
     tokio::time::timeout(
         timeout,
-        exchange_inner(connector, addr, key, request, timeout, max_answer),
+        exchange_inner(connector, addr, keys, request, timeout, max_answer),
     )
     .await
     .map_err(|_| format!("no answer within {timeout:?}"))?
@@ -71,7 +71,7 @@ pub async fn exchange(
 async fn exchange_inner(
     connector: &Connector,
     addr: SocketAddr,
-    key: &Key,
+    keys: &KeySet,
     request: Request<'_>,
     timeout: Duration,
     max_answer: usize,
@@ -109,7 +109,11 @@ async fn exchange_inner(
     let status = header.status.as_u16();
     let get = |name: &str| header.headers.get(name).and_then(|v| v.to_str().ok());
     let length = get("content-length").and_then(|v| v.trim().parse::<u64>().ok());
-    let Some(head) = answer::open(key, &request.signed.mac, status, get, length) else {
+    let head = request
+        .signed
+        .pairs(keys)
+        .find_map(|(key, mac)| answer::open(key, mac, status, get, length));
+    let Some(head) = head else {
         session.shutdown().await;
         return Ok(Answer::Unauthentic { status });
     };

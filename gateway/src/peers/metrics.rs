@@ -23,6 +23,9 @@ pub struct PeerMetrics {
     /// ([`super::refusal::Refusal::reason`]) and, on the sender's side,
     /// `unsigned_answer` (an answer not signed for its request, ignored).
     pub rejected: IntCounterVec,
+    /// Changes of the shared secret by result: `loaded`, `rotated`,
+    /// `refused` (too short; the current one is kept).
+    pub secret_changes: IntCounterVec,
     /// Snapshots by result: `served`, `applied`, `failed`.
     pub snapshots: IntCounterVec,
     /// Peers currently known (resolved and not this replica).
@@ -70,6 +73,11 @@ impl PeerMetrics {
                 "flexinfer_proxy_routing_peer_rejected_total",
                 "Peer messages refused, by reason: not_found, old_protocol, no_length, too_large, unsigned, stale, bad_signature, wrong_receiver, replayed, self, busy, body_timeout, body_mismatch, unreadable, malformed (requests received); unsigned_answer (answers the sender ignored).",
                 &["reason"],
+            ),
+            secret_changes: counter(
+                "flexinfer_proxy_routing_peer_secret_changes_total",
+                "Changes of the replicas' shared secret taken up, by result: loaded, rotated (the previous one accepted for the grace period), refused (too short; the current one kept).",
+                &["result"],
             ),
             snapshots: counter(
                 "flexinfer_proxy_routing_peer_snapshots_total",

@@ -26,12 +26,14 @@
 pub mod answer;
 pub mod codec;
 pub mod envelope;
+pub mod keyring;
 mod link;
 mod metrics;
 pub mod outbox;
 pub mod receiver;
 pub mod refusal;
 pub mod replay;
+pub mod secret;
 pub mod service;
 pub mod signature;
 
@@ -45,8 +47,9 @@ pub use outbox::Outbox;
 use crate::connections::ConnectionSettings;
 use crate::registry::{ModelRegistry, Resolved};
 use codec::{EndpointBlocks, ModelBlocks};
+use keyring::Keyring;
 use replay::{Rejected, ReplayGuard};
-use signature::Key;
+use secret::{KubeSecret, SecretSource, SecretWatch};
 
 /// Path where a replica names its instance.
 pub const HELLO_PATH: &str = "/peer/v2/hello";
@@ -68,8 +71,10 @@ pub struct PeerSettings {
     pub peers: Vec<String>,
     /// Address of this replica's peer listener.
     pub listen: String,
-    /// The shared secret.
-    pub secret: Vec<u8>,
+    /// Where the shared secret comes from.
+    pub secret: SecretSource,
+    /// How long the previous secret stays accepted after a change.
+    pub secret_grace: Duration,
     /// This replica's id (its pod name, else the host name, with a random
     /// suffix so a restarted replica is a new sender).
     pub id: String,
@@ -90,8 +95,8 @@ pub struct PeerSettings {
 pub struct Node {
     /// This replica instance's id.
     pub id: String,
-    /// The shared secret.
-    pub key: Key,
+    /// The shared secret (and the one before, while a change spreads).
+    pub keys: Arc<Keyring>,
     /// The routes whose indexes are shared.
     pub registry: Arc<dyn ModelRegistry>,
     /// The series.
@@ -115,13 +120,13 @@ impl Node {
     /// The node of the replica instance `id`.
     pub fn new(
         id: String,
-        key: Key,
+        keys: Arc<Keyring>,
         registry: Arc<dyn ModelRegistry>,
         metrics: PeerMetrics,
     ) -> Self {
         Node {
             id,
-            key,
+            keys,
             registry,
             metrics,
             seq: AtomicU64::new(0),
@@ -254,9 +259,17 @@ pub fn start(
 
     let gateway_metrics = metrics.clone();
     let metrics = PeerMetrics::new(metrics.registry());
+    // Checked by `from_cli`: a fixed or file secret was readable then.
+    let initial = settings.secret.initial().ok().flatten();
+    let keys = Arc::new(Keyring::new(initial.as_deref(), settings.secret_grace));
+    let secret_watch = SecretWatch::new(
+        settings.secret.clone(),
+        Arc::clone(&keys),
+        metrics.secret_changes.clone(),
+    );
     let node = Arc::new(Node::new(
         settings.id.clone(),
-        Key::new(&settings.secret),
+        keys,
         registry,
         metrics.clone(),
     ));
@@ -277,6 +290,7 @@ pub fn start(
     let services: Vec<Box<dyn pingora_core::services::ServiceWithDependents>> = vec![
         Box::new(listener),
         Box::new(background_service("routing peers", sender)),
+        Box::new(background_service("routing peer secret", secret_watch)),
     ];
     (Arc::new(outbox), services)
 }
@@ -294,20 +308,16 @@ pub fn from_cli(cli: &crate::cli::Cli) -> anyhow::Result<Option<PeerSettings>> {
     if peers.is_empty() {
         return Ok(None);
     }
-    let secret = match (&cli.routing_peer_secret, &cli.routing_peer_secret_file) {
-        (_, Some(path)) => std::fs::read(path)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
-            .trim_ascii()
-            .to_vec(),
-        (Some(secret), None) => secret.trim().as_bytes().to_vec(),
-        (None, None) => Vec::new(),
-    };
-    if secret.len() < signature::MIN_SECRET_LEN {
-        anyhow::bail!(
-            "PROXY_ROUTING_PEERS needs a shared secret of at least {} bytes \
-             (PROXY_ROUTING_PEER_SECRET or PROXY_ROUTING_PEER_SECRET_FILE)",
-            signature::MIN_SECRET_LEN
-        );
+    let secret = secret_source(cli)?;
+    if let Some(initial) = secret.initial()? {
+        if initial.len() < signature::MIN_SECRET_LEN {
+            anyhow::bail!(
+                "PROXY_ROUTING_PEERS needs a shared secret of at least {} bytes \
+                 (PROXY_ROUTING_PEER_SECRET, PROXY_ROUTING_PEER_SECRET_FILE or \
+                 PROXY_ROUTING_PEER_SECRET_NAME)",
+                signature::MIN_SECRET_LEN
+            );
+        }
     }
     if cli.routing_peer_flush_interval.is_zero() || cli.routing_peer_timeout.is_zero() {
         anyhow::bail!(
@@ -318,6 +328,7 @@ pub fn from_cli(cli: &crate::cli::Cli) -> anyhow::Result<Option<PeerSettings>> {
         peers,
         listen: cli.routing_peer_listen.clone(),
         secret,
+        secret_grace: cli.routing_peer_secret_grace,
         id: replica_id(cli.pod_name.as_deref()),
         flush_interval: cli.routing_peer_flush_interval,
         timeout: cli.routing_peer_timeout,
@@ -325,4 +336,27 @@ pub fn from_cli(cli: &crate::cli::Cli) -> anyhow::Result<Option<PeerSettings>> {
         queue: 4096,
         connections: cli.connection_settings(),
     }))
+}
+
+/// Where the command line says the shared secret is: a file first, then
+/// the value, then a Kubernetes Secret.
+fn secret_source(cli: &crate::cli::Cli) -> anyhow::Result<SecretSource> {
+    Ok(
+        match (
+            &cli.routing_peer_secret_file,
+            &cli.routing_peer_secret,
+            &cli.routing_peer_secret_name,
+        ) {
+            (Some(path), _, _) => SecretSource::File(path.clone()),
+            (None, Some(secret), _) => SecretSource::Fixed(secret.trim().as_bytes().to_vec()),
+            (None, None, Some(name)) => SecretSource::Kubernetes(KubeSecret {
+                namespace: cli.pod_namespace.clone(),
+                name: name.clone(),
+                key: cli.routing_peer_secret_key.clone(),
+                generate: cli.routing_peer_secret_generate,
+                kubeconfig: cli.kubeconfig.clone(),
+            }),
+            (None, None, None) => SecretSource::Fixed(Vec::new()),
+        },
+    )
 }

@@ -22,7 +22,7 @@ use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
 use pingora_http::RequestHeader;
 
-use super::envelope::SignedRequest;
+use super::envelope::{SignedRequest, Verified};
 use super::refusal::Refusal;
 use super::replay::Rejected;
 use super::signature::{now_ms, sha256};
@@ -57,7 +57,7 @@ impl Route {
 
 /// A request refused, with the MAC of its request when its signature
 /// verified (the answer is then signed).
-type Refused = (Refusal, Option<[u8; 32]>);
+type Refused = (Refusal, Option<Verified>);
 
 /// The peer listener's application.
 pub struct PeerApp {
@@ -85,23 +85,22 @@ impl ServeHttp for PeerApp {
 
 impl PeerApp {
     async fn serve(&self, session: &mut ServerSession) -> Result<Response<Vec<u8>>, Refused> {
-        let (route, signed) = self.check_head(session.req_header())?;
-        let mac = signed.mac;
+        let (route, signed, verified) = self.check_head(session.req_header())?;
         let body = self
             .read_body(session, signed.envelope.length as usize)
             .await
-            .map_err(|r| (r, Some(mac)))?;
+            .map_err(|r| (r, Some(verified.clone())))?;
         if sha256(&body) != signed.envelope.body_sha256 {
-            return Err((Refusal::BodyMismatch, Some(mac)));
+            return Err((Refusal::BodyMismatch, Some(verified)));
         }
         let metrics = &self.node.metrics;
         match route {
             Route::Hello => {}
-            Route::Snapshot => return Ok(self.snapshot(&mac)),
+            Route::Snapshot => return Ok(self.snapshot(&verified)),
             Route::Records => {
                 let models = codec::decode(&body).map_err(|e| {
                     tracing::debug!(error = %e, sender = %signed.envelope.sender, "malformed peer records");
-                    (Refusal::Malformed, Some(mac))
+                    (Refusal::Malformed, Some(verified.clone()))
                 })?;
                 metrics
                     .bytes
@@ -112,11 +111,16 @@ impl PeerApp {
         }
         metrics.received.with_label_values(&["accepted"]).inc();
         let status = if route == Route::Hello { 200 } else { 204 };
-        Ok(self.reply(status, "application/octet-stream", Vec::new(), Some(&mac)))
+        Ok(self.reply(
+            status,
+            "application/octet-stream",
+            Vec::new(),
+            Some(&verified),
+        ))
     }
 
     /// Every check that needs no body; accepts the sequence number.
-    fn check_head(&self, req: &RequestHeader) -> Result<(Route, SignedRequest), Refused> {
+    fn check_head(&self, req: &RequestHeader) -> Result<(Route, SignedRequest, Verified), Refused> {
         let method = req.method.as_str();
         let path = req.uri.path();
         let route = Route::of(method, path).map_err(|r| (r, None))?;
@@ -124,10 +128,10 @@ impl PeerApp {
         let get = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
         let signed = SignedRequest::parse(get, length).map_err(|r| (r, None))?;
         let now = now_ms();
-        signed
-            .verify(&self.node.key, (method, path), now)
+        let verified = signed
+            .verify(&self.node.keys.keys(), (method, path), now)
             .map_err(|r| (r, None))?;
-        let signed_refusal = |r: Refusal| (r, Some(signed.mac));
+        let signed_refusal = |r: Refusal| (r, Some(verified.clone()));
         let envelope = &signed.envelope;
         if route != Route::Hello {
             if envelope.receiver != self.node.id {
@@ -145,7 +149,7 @@ impl PeerApp {
                     Rejected::Full => Refusal::Busy,
                 })
             })?;
-        Ok((route, signed))
+        Ok((route, signed, verified))
     }
 
     /// The body, which declared `length` bytes, read within the deadline.
@@ -177,7 +181,7 @@ impl PeerApp {
     }
 
     /// The signed snapshot of every model's index.
-    fn snapshot(&self, request: &[u8; 32]) -> Response<Vec<u8>> {
+    fn snapshot(&self, request: &Verified) -> Response<Vec<u8>> {
         let (body, _) = codec::encode(&self.node.snapshot());
         let metrics = &self.node.metrics;
         metrics.received.with_label_values(&["accepted"]).inc();
@@ -196,7 +200,7 @@ impl PeerApp {
         &self,
         session: &mut ServerSession,
         refusal: Refusal,
-        request: Option<&[u8; 32]>,
+        request: Option<&Verified>,
     ) -> Response<Vec<u8>> {
         let metrics = &self.node.metrics;
         metrics.received.with_label_values(&[refusal.class()]).inc();
@@ -232,7 +236,7 @@ impl PeerApp {
         status: u16,
         content_type: &str,
         body: Vec<u8>,
-        request: Option<&[u8; 32]>,
+        request: Option<&Verified>,
     ) -> Response<Vec<u8>> {
         let mut builder = Response::builder()
             .status(status)
@@ -240,7 +244,8 @@ impl PeerApp {
             .header(http::header::CONTENT_LENGTH, body.len());
         if let Some(request) = request {
             let node = &self.node;
-            for (name, value) in answer::seal(&node.key, request, status, &node.id, &body) {
+            let seal = answer::seal(&request.key, &request.mac, status, &node.id, &body);
+            for (name, value) in seal {
                 builder = builder.header(name, value);
             }
         }
@@ -277,6 +282,7 @@ fn declared_length(req: &RequestHeader, route: Route) -> Result<u64, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::peers::keyring::{KeySet, Keyring};
     use crate::peers::signature::{Key, MAX_SKEW};
     use crate::peers::PeerMetrics;
     use crate::registry::{ListedModel, ModelRegistry, Resolved};
@@ -304,7 +310,8 @@ mod tests {
 
     fn app(id: &str) -> PeerApp {
         let metrics = PeerMetrics::new(&prometheus::Registry::new());
-        let node = Node::new(id.into(), Key::new(SECRET), Arc::new(NoModels), metrics);
+        let keys = Arc::new(Keyring::new(Some(SECRET), Duration::ZERO));
+        let node = Node::new(id.into(), keys, Arc::new(NoModels), metrics);
         PeerApp::new(Arc::new(node), Duration::from_secs(1))
     }
 
@@ -317,22 +324,23 @@ mod tests {
 
     fn check(app: &PeerApp, req: &RequestHeader) -> Result<Route, Refusal> {
         app.check_head(req)
-            .map(|(route, _)| route)
+            .map(|(route, _, _)| route)
             .map_err(|(r, _)| r)
     }
 
     #[test]
     fn a_request_is_accepted_once_and_only_by_the_instance_it_names() {
         let app = app("replica-b-1");
-        let key = Key::new(SECRET);
+        let key = KeySet::from_keys(vec![Key::new(SECRET)]);
         let route = ("POST", RECORDS_PATH);
         let signed = SignedRequest::new(&key, route, ("replica-a", "replica-b-1"), 1, b"body");
         let req = header_of("POST", RECORDS_PATH, &signed);
         assert_eq!(check(&app, &req), Ok(Route::Records));
         // The same request again, from anyone: replayed, and answered
         // signed (the sender may trust it).
-        let refused = app.check_head(&req).unwrap_err();
-        assert_eq!(refused, (Refusal::Replayed, Some(signed.mac)));
+        let (refusal, verified) = app.check_head(&req).unwrap_err();
+        assert_eq!(refusal, Refusal::Replayed);
+        assert_eq!(verified.map(|v| v.mac), Some(signed.macs[0]));
         // The next number is fresh; an older one overtaken is too.
         for seq in [3, 2] {
             let next = SignedRequest::new(&key, route, ("replica-a", "replica-b-1"), seq, b"x");
@@ -356,31 +364,27 @@ mod tests {
     #[test]
     fn unsigned_stale_forged_and_own_requests_are_refused_before_the_body() {
         let app = app("replica-b");
-        let key = Key::new(SECRET);
+        let key = KeySet::from_keys(vec![Key::new(SECRET)]);
         let route = ("POST", RECORDS_PATH);
         let body = b"body";
         // Unsigned, with or without an oversized declared body.
         let bare = request("POST", RECORDS_PATH, &[("content-length", "4")]);
-        assert_eq!(
-            app.check_head(&bare).unwrap_err(),
-            (Refusal::Unsigned, None)
-        );
+        let refused = app.check_head(&bare).unwrap_err();
+        assert!(matches!(refused, (Refusal::Unsigned, None)));
         let huge = (MAX_RECORDS_BYTES + 1).to_string();
         let bare = request("POST", RECORDS_PATH, &[("content-length", &huge)]);
         assert_eq!(check(&app, &bare), Err(Refusal::TooLarge));
         // Another key.
         let forged = SignedRequest::new(
-            &Key::new(b"not-the-shared-secret"),
+            &KeySet::from_keys(vec![Key::new(b"not-the-shared-secret")]),
             route,
             ("replica-a", "replica-b"),
             1,
             body,
         );
         let req = header_of("POST", RECORDS_PATH, &forged);
-        assert_eq!(
-            app.check_head(&req).unwrap_err(),
-            (Refusal::BadSignature, None)
-        );
+        let refused = app.check_head(&req).unwrap_err();
+        assert!(matches!(refused, (Refusal::BadSignature, None)));
         // Stale.
         let mut envelope =
             SignedRequest::new(&key, route, ("replica-a", "replica-b"), 1, body).envelope;

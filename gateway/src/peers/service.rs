@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::envelope::SignedRequest;
+use super::keyring::KeySet;
 use super::link::{self, Answer};
 use super::outbox::{Batch, Record};
 use super::signature::{now_ms, sha256, Envelope};
@@ -260,7 +261,13 @@ async fn run_link(
 impl Peer {
     /// A request to the peer: the next sequence number of this instance,
     /// addressed to `receiver`, signed.
-    fn sign(&self, (method, path): (&str, &str), receiver: &str, body: &Body) -> SignedRequest {
+    fn sign(
+        &self,
+        keys: &KeySet,
+        (method, path): (&str, &str),
+        receiver: &str,
+        body: &Body,
+    ) -> SignedRequest {
         let node = &self.node;
         let envelope = Envelope {
             sender: node.id.clone(),
@@ -270,7 +277,7 @@ impl Peer {
             length: body.bytes.len() as u64,
             body_sha256: body.sha256,
         };
-        SignedRequest::sign(&node.key, (method, path), envelope)
+        SignedRequest::sign(keys, (method, path), envelope)
     }
 
     /// One exchange; `None` (logged, counted) when it failed or its answer
@@ -282,7 +289,12 @@ impl Peer {
         timeout: Duration,
         max_answer: usize,
     ) -> Option<(u16, String, Bytes)> {
-        let signed = self.sign((method, path), &self.receiver, &body);
+        let keys = self.node.keys.keys();
+        if keys.is_empty() {
+            tracing::debug!(path, "no shared secret loaded yet: nothing sent to peers");
+            return None;
+        }
+        let signed = self.sign(&keys, (method, path), &self.receiver, &body);
         let request = link::Request {
             method,
             path,
@@ -291,16 +303,7 @@ impl Peer {
         };
         let node = &self.node;
         let addr = self.addr;
-        match link::exchange(
-            &self.connector,
-            addr,
-            &node.key,
-            request,
-            timeout,
-            max_answer,
-        )
-        .await
-        {
+        match link::exchange(&self.connector, addr, &keys, request, timeout, max_answer).await {
             Ok(Answer::Authentic {
                 status,
                 responder,

@@ -19,6 +19,7 @@ mod hostile_peers;
 mod kube_mode;
 mod openai_sdk;
 mod parity;
+mod peer_secret;
 mod peers;
 mod prometheus;
 mod real_backend;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use flexinfer_gateway::peers::codec::{encode, EndpointBlocks, ModelBlocks};
 use flexinfer_gateway::peers::envelope::SignedRequest;
+use flexinfer_gateway::peers::keyring::KeySet;
 use flexinfer_gateway::peers::signature::{now_ms, Key};
 use flexinfer_gateway::peers::RECORDS_PATH;
 use flexinfer_gateway::routing::PromptBlocks;
@@ -321,7 +322,7 @@ async fn only_correctly_signed_peer_updates_change_routing() {
     let receiver = peer.hello().await;
     // A forged claim: pod-d holds tenants 0 and 1's prompts.
     let body = claim(target, 0, 0);
-    let post = |key: &Key, body: &[u8], seq: u64, age_ms: u64| {
+    let post = |key: &KeySet, body: &[u8], seq: u64, age_ms: u64| {
         let mut signed = SignedRequest::new(
             key,
             ("POST", RECORDS_PATH),
@@ -337,8 +338,8 @@ async fn only_correctly_signed_peer_updates_change_routing() {
         let listen = peer.listen;
         async move { support::peer::exchange(listen, &bytes).await.status }
     };
-    let right = Key::new(SECRET.as_bytes());
-    let wrong = Key::new(b"not-the-shared-secret");
+    let right = KeySet::from_keys(vec![Key::new(SECRET.as_bytes())]);
+    let wrong = KeySet::from_keys(vec![Key::new(b"not-the-shared-secret")]);
     let unsigned = raw_request(
         "POST",
         RECORDS_PATH,

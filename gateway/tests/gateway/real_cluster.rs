@@ -8,6 +8,8 @@
 
 #[path = "real_cluster/agent.rs"]
 mod agent;
+#[path = "real_cluster/gitops.rs"]
+mod gitops;
 #[path = "real_cluster/lane.rs"]
 pub mod lane;
 #[path = "real_cluster/scenarios.rs"]

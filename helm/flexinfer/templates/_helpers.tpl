@@ -32,6 +32,14 @@ Name of a component's objects: "<fullname>-<suffix>". Call with
 {{- end }}
 
 {{/*
+The Secret holding the gateway replicas' shared secret: peers.existingSecret,
+else the chart's own (rendered without data, filled by the gateway).
+*/}}
+{{- define "flexinfer.peerSecretName" -}}
+{{- .Values.gateway.peers.existingSecret | default (include "flexinfer.componentName" (dict "root" . "suffix" "proxy-peers")) }}
+{{- end }}
+
+{{/*
 Labels of every object.
 */}}
 {{- define "flexinfer.commonLabels" -}}

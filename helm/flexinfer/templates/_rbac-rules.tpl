@@ -164,6 +164,22 @@ read and renewed (replaced) by name. */}}
   verbs: ["get", "update"]
 {{- end }}
 
+{{/* The gateway replicas' shared secret (gateway/src/peers/secret.rs):
+read and watched by name, and patched by name when the gateway generates
+it. Granted in the release namespace, on that one Secret only. */}}
+{{- define "flexinfer.rules.gateway.peers" -}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  resourceNames: [{{ include "flexinfer.peerSecretName" . | quote }}]
+  verbs: ["get", "list", "watch"]
+{{- if not .Values.gateway.peers.existingSecret }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  resourceNames: [{{ include "flexinfer.peerSecretName" . | quote }}]
+  verbs: ["patch"]
+{{- end }}
+{{- end }}
+
 {{/* The gateway's own needs in Kubernetes mode, in the watched namespaces
 (one reflector per namespace): the namespaced rules of RBAC_RULES. */}}
 {{- define "flexinfer.rules.gateway.watched" -}}

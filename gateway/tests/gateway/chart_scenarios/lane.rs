@@ -145,6 +145,9 @@ pub struct Component {
     /// The pod: its name and Node (`spec.nodeName`); a new name per start
     /// when unset.
     pod: Option<(String, String)>,
+    /// Env values set over the rendered ones (what the cluster's DNS
+    /// would resolve, e.g.).
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -182,8 +185,15 @@ impl Component {
             ports,
             mounts: Vec::new(),
             pod: None,
+            env: Vec::new(),
             child: None,
         })
+    }
+
+    /// Sets env `name` to `value` over the rendered value.
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.env.retain(|(n, _)| n != name);
+        self.env.push((name.to_owned(), value.to_owned()));
     }
 
     /// Runs as Pod `pod` on Node `node` (what the downward API gives it),
@@ -333,6 +343,9 @@ impl Component {
             } else {
                 panic!("env {name} needs a Secret or ConfigMap the lane does not provide");
             };
+            cmd.env(name, value);
+        }
+        for (name, value) in &self.env {
             cmd.env(name, value);
         }
         cmd.env("KUBECONFIG", &self.kubeconfig)

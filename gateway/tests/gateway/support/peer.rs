@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use flexinfer_gateway::peers::answer;
 use flexinfer_gateway::peers::envelope::SignedRequest;
+use flexinfer_gateway::peers::keyring::KeySet;
 use flexinfer_gateway::peers::signature::Key;
 use flexinfer_gateway::peers::{HELLO_PATH, RECORDS_PATH, SNAPSHOT_PATH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,13 +32,16 @@ impl PeerReply {
             .map(|(_, v)| v.as_str())
     }
 
-    /// Whether the answer is signed with `key` for the request `signed`.
-    pub fn signed_for(&self, key: &Key, signed: &SignedRequest) -> bool {
+    /// Whether the answer is signed with one of `keys` for the request
+    /// `signed` (signed with the same keys).
+    pub fn signed_for(&self, keys: &KeySet, signed: &SignedRequest) -> bool {
         let length = self
             .header("content-length")
             .and_then(|v| v.trim().parse().ok());
-        answer::open(key, &signed.mac, self.status, |n| self.header(n), length)
-            .is_some_and(|head| head.matches(&self.body))
+        signed.pairs(keys).any(|(key, mac)| {
+            answer::open(key, mac, self.status, |n| self.header(n), length)
+                .is_some_and(|head| head.matches(&self.body))
+        })
     }
 
     /// The OpenAI-style error code of the body.
@@ -60,8 +64,8 @@ pub struct Captured {
 
 /// A replica instance holding the shared secret.
 pub struct TestPeer {
-    /// The shared secret.
-    pub key: Key,
+    /// The shared secret(s) it signs with.
+    pub key: KeySet,
     /// This instance's id.
     pub id: String,
     /// The gateway's peer listener.
@@ -75,7 +79,7 @@ impl TestPeer {
     /// An instance `id` talking to the listener at `listen`.
     pub fn new(listen: &str, secret: &str, id: &str) -> Self {
         TestPeer {
-            key: Key::new(secret.as_bytes()),
+            key: KeySet::from_keys(vec![Key::new(secret.as_bytes())]),
             id: id.to_owned(),
             listen: listen.parse().expect("listen address"),
             receiver: String::new(),
