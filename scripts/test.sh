@@ -25,6 +25,15 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Every binary first: lanes that run several components as processes find them.
 cargo build --workspace --bins
+# The container images (scripts/images.sh): every runtime target of
+# docker/Dockerfile, from the binaries just built, on stand-in bases (nothing
+# can be pulled), pushed to a local registry; the real-node lane
+# (gateway/tests/gateway/real_node.rs) runs them. Set FLEXINFER_SKIP_IMAGES=1
+# to leave them out; the lane then says it is skipped, and fails if
+# FLEXINFER_REQUIRE_IMAGES=1.
+if [ "${FLEXINFER_SKIP_IMAGES:-0}" != 1 ]; then
+  eval "$(scripts/images.sh)"
+fi
 # The fault lane (gateway/tests/gateway/faults.rs): dead, black-holed and killed
 # endpoints, backends that close before answering, slow, oversized and
 # malformed requests, private backend routes, a gateway killed under its

@@ -24,6 +24,7 @@ mod peers;
 mod prometheus;
 mod real_backend;
 mod real_cluster;
+mod real_node;
 mod routing;
 mod streaming;
 mod tenant_isolation;
