@@ -96,7 +96,8 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   kube_ldflags+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   kube_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+# kubelet and kube-proxy too, for the real-node lane (scripts/real-node.sh).
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
   build "$kube_dir" "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$kube_ldflags"
 done
 

@@ -20,9 +20,8 @@
 #   would double the cold CI build. The lane feeds the runtime targets the
 #   binaries the test suite already built on the host instead
 #   (--build-arg BINARIES=<image of them>; the build stage is skipped),
-#   stripped of debug information. scripts/images.sh --in-container builds
-#   with the Dockerfile's own build stage instead (needs a stand-in
-#   rust:<version>-slim-bookworm; see docs/images.md).
+#   stripped of debug information. The Dockerfile's build stage itself is
+#   not run here (see docs/images.md).
 # - The `# syntax=` line of docker/Dockerfile makes BuildKit fetch its
 #   frontend from Docker Hub: the build reads a copy without it (the
 #   daemon's built-in frontend builds the rest as written).
@@ -69,7 +68,10 @@ cleanup() {
   if [ "$started_docker" = 1 ] && [ -f /run/flexinfer-docker.pid ]; then
     kill "$(cat /run/flexinfer-docker.pid)" 2>/dev/null || true
     for _ in $(seq 50); do [ -f /run/flexinfer-docker.pid ] || break; sleep 0.2; done
+    # The cgroup folders the daemon made (it never removes them).
+    for c in /sys/fs/cgroup/*/docker; do [ -d "$c" ] && rmdir "$c" 2>/dev/null; done
   fi
+  return 0
 }
 trap cleanup EXIT
 
@@ -135,6 +137,22 @@ for target in $targets; do
 done
 rm -f "$dockerfile"
 
+# --- the real node's own images: the pod sandbox's pause program and CoreDNS
+# (scripts/real-node.sh builds both) --------------------------------------------------------
+if [ -n "${FLEXINFER_REAL_NODE:-}" ] && [ -x "$FLEXINFER_REAL_NODE/pause" ]; then
+  node_stage=$(mktemp -d)
+  cp "$FLEXINFER_REAL_NODE/pause" "$FLEXINFER_REAL_NODE/coredns" "$node_stage/"
+  printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$node_stage/Dockerfile.pause"
+  printf 'FROM gcr.io/distroless/cc-debian12:nonroot\nCOPY coredns /coredns\nUSER 65532:65532\nENTRYPOINT ["/coredns"]\n' >"$node_stage/Dockerfile.coredns"
+  $DOCKER build -q -f "$node_stage/Dockerfile.pause" -t "$REGISTRY/flexinfer/pause:3.10" "$node_stage" >&2
+  $DOCKER build -q -f "$node_stage/Dockerfile.coredns" -t "$REGISTRY/flexinfer/coredns:latest" "$node_stage" >&2
+  rm -rf "$node_stage"
+  targets="$targets pause coredns"
+  tag_of() { case $1 in pause) echo 3.10;; coredns) echo latest;; *) echo "$TAG";; esac; }
+else
+  tag_of() { echo "$TAG"; }
+fi
+
 # --- the registry ----------------------------------------------------------------------
 cat >"$CACHE/registry/config.yml" <<EOF
 version: 0.1
@@ -150,9 +168,10 @@ if ! curl -fsS "http://$REGISTRY/v2/" >/dev/null 2>&1; then
   for _ in $(seq 50); do curl -fsS "http://$REGISTRY/v2/" >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 for target in $targets; do
-  $DOCKER push -q "$REGISTRY/flexinfer/$target:$TAG" >&2
-  size=$($DOCKER image inspect -f '{{.Size}}' "$REGISTRY/flexinfer/$target:$TAG")
-  log "$REGISTRY/flexinfer/$target:$TAG $((size / 1024 / 1024)) MiB"
+  ref="$REGISTRY/flexinfer/$target:$(tag_of "$target")"
+  $DOCKER push -q "$ref" >&2
+  size=$($DOCKER image inspect -f '{{.Size}}' "$ref")
+  log "$ref $((size / 1024 / 1024)) MiB"
 done
 
 echo "export FLEXINFER_IMAGE_REGISTRY=$REGISTRY/flexinfer"

@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export FLEXINFER_PYTHON="$PWD/.venv/bin/python"
+# The host as the lanes find it: compared with the host after them, at the
+# end (the real-node lane changes sysctls, nftables rules, links, mounts and
+# cgroups, and must put all of it back).
+host_before=$(mktemp)
+scripts/host-state.sh >"$host_before"
 # The real-backend lane (a real llama.cpp server and model, built once into
 # ~/.cache/flexinfer, about 15 minutes the first time). Set
 # FLEXINFER_SKIP_REAL_BACKEND=1 to leave it out; the lane then says it is
@@ -20,6 +25,14 @@ fi
 # if FLEXINFER_REQUIRE_CONTROL_PLANE=1.
 if [ "${FLEXINFER_SKIP_CONTROL_PLANE:-0}" != 1 ]; then
   eval "$(scripts/control-plane.sh)"
+fi
+# The real-node lane (gateway/tests/gateway/real_node.rs): Debian's
+# containerd, runc and CNI plugins, CoreDNS and a pause program from their Go
+# sources (scripts/real-node.sh), kubelet and kube-proxy from the control
+# plane's. Set FLEXINFER_SKIP_REAL_NODE=1 to leave it out; the lane then says
+# it is skipped, and fails if FLEXINFER_REQUIRE_REAL_NODE=1.
+if [ "${FLEXINFER_SKIP_CONTROL_PLANE:-0}" != 1 ] && [ "${FLEXINFER_SKIP_REAL_NODE:-0}" != 1 ]; then
+  eval "$(scripts/real-node.sh)"
 fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -44,3 +57,8 @@ cargo test -p flexinfer-gateway --test gateway --no-fail-fast -- fault_lane::
 cargo test --workspace --no-fail-fast -- --skip fault_lane::
 # The conformance suite's quick profile against a gateway and simulator started on loopback.
 "${CARGO_TARGET_DIR:-target}/debug/flexinfer-conformance" run --local --profile quick
+# The host as the lanes found it.
+if ! diff <(cat "$host_before") <(scripts/host-state.sh) >&2; then
+  echo "test.sh: the lanes left the host changed (above: < before, > after)" >&2
+  exit 1
+fi

@@ -71,6 +71,29 @@ pub struct ServeArgs {
     #[arg(long = "model", env = "FLEXINFER_SIM_MODELS", value_delimiter = ',', default_value = config::DEFAULT_MODEL)]
     pub models: Vec<String>,
 
+    /// Name the model is served under, replacing the --model names (which then name the
+    /// weights, as for the engines): vLLM's --served-model-name, llama.cpp's --alias. So the
+    /// simulator's image runs where an engine's would, with the args an engine gets.
+    #[arg(
+        long = "served-model-name",
+        visible_alias = "alias",
+        env = "FLEXINFER_SIM_SERVED_MODEL_NAME",
+        value_delimiter = ','
+    )]
+    pub served_model_names: Vec<String>,
+
+    /// llama.cpp's context window (--ctx-size, -c): sets --max-model-len.
+    #[arg(long = "ctx-size", short = 'c')]
+    pub ctx_size: Option<u32>,
+
+    /// llama.cpp's --n-gpu-layers: accepted and ignored (nothing is offloaded).
+    #[arg(long = "n-gpu-layers", hide = true, allow_hyphen_values = true)]
+    pub n_gpu_layers: Option<i64>,
+
+    /// llama.cpp's --threads: accepted and ignored.
+    #[arg(long = "threads", hide = true)]
+    pub threads: Option<u32>,
+
     /// LoRA adapter present from the start, as NAME=PATH (vLLM's --lora-modules); repeatable.
     #[arg(long = "lora-module", env = "FLEXINFER_SIM_LORA_MODULES", value_delimiter = ',', value_parser = parse_lora)]
     pub lora_modules: Vec<LoraModule>,
@@ -179,7 +202,11 @@ impl ServeArgs {
     /// The configuration these flags describe.
     pub fn config(&self) -> SimConfig {
         SimConfig {
-            models: self.models.clone(),
+            models: if self.served_model_names.is_empty() {
+                self.models.clone()
+            } else {
+                self.served_model_names.clone()
+            },
             lora_modules: self.lora_modules.clone(),
             pod_name: self.pod_name.clone(),
             startup_delay: self.startup_delay,
@@ -191,7 +218,7 @@ impl ServeArgs {
             fail_after_tokens: self.fail_after_tokens,
             default_max_tokens: self.default_max_tokens,
             embedding_dim: self.embedding_dim,
-            max_model_len: self.max_model_len,
+            max_model_len: self.ctx_size.unwrap_or(self.max_model_len),
             kv_cache_tokens: self.kv_cache_tokens,
             block_size: self.block_size,
             prefix_cache_blocks: self.prefix_cache_blocks,
@@ -298,6 +325,41 @@ mod tests {
         );
         assert_eq!(config.prefill_tokens_per_second, 0.0);
         assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn the_args_an_engine_gets_serve_its_name() {
+        // What the operator renders for llama.cpp, and for vLLM.
+        let llama = SimArgs::try_parse_from([
+            "flexinfer-sim",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8080",
+            "--model",
+            "/models/sim-m.gguf",
+            "--alias",
+            "sim-m",
+            "--ctx-size",
+            "4096",
+            "--n-gpu-layers",
+            "0",
+            "--threads",
+            "4",
+        ])
+        .expect("llama.cpp args");
+        let config = llama.serve.config();
+        assert_eq!(config.models, ["sim-m"]);
+        assert_eq!(config.max_model_len, 4096);
+        let vllm = SimArgs::try_parse_from([
+            "flexinfer-sim",
+            "--model",
+            "org/m",
+            "--served-model-name",
+            "m",
+        ])
+        .expect("vLLM args");
+        assert_eq!(vllm.serve.config().models, ["m"]);
     }
 
     #[test]

@@ -198,7 +198,10 @@ pub(super) static CATALOG: &[Backend] = &[
         name: "llamacpp",
         aliases: &["llama.cpp", "llama-cpp", "llama_cpp"],
         port: 8080,
-        command: &["/opt/src/llama.cpp/build/bin/llama-server"],
+        // The image's own entrypoint: the official llama.cpp server images
+        // (the defaults below) start llama-server from theirs, and have
+        // nothing at the original's `/opt/src/llama.cpp/build/bin` path.
+        command: &[],
         args: &[
             "--host",
             "0.0.0.0",

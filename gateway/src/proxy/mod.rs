@@ -280,6 +280,13 @@ impl ProxyHttp for Gateway {
         self.add_response_headers(session.req_header(), resp, ctx)?;
         ctx.status = resp.status.as_u16();
         self.record_first_byte(ctx);
+        if self.side_routes.draining() {
+            // Draining: each connection ends after its answer (`Connection:
+            // close`), so a keep-alive client opens its next one elsewhere
+            // (the pod has left its Services) instead of reusing this one
+            // as the drain closes it.
+            session.set_keepalive(None);
+        }
         Ok(())
     }
 

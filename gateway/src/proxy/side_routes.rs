@@ -31,6 +31,11 @@ impl SideRoutes {
         Self { metrics, draining }
     }
 
+    /// Whether the gateway is draining (SIGTERM received).
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
     /// The answer for `path`, or `None` when it is not a side route.
     pub fn answer(&self, path: &str) -> Option<SideAnswer> {
         let (status, content_type, body) = match path {

@@ -165,6 +165,15 @@ async fn an_explicit_drain_delay_is_served_through_when_idle() {
     let chat = serde_json::to_vec(&support::chat("m")).unwrap();
     let url = gw.url("/v1/chat/completions");
     assert_eq!(get(&admin, "/readyz").await, Some((200, "ok".into())));
+    let before = support::post_json(&url, &chat, &[]).await;
+    let connection = |r: &reqwest::Response| {
+        r.headers()
+            .get("connection")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+    };
+    assert_ne!(connection(&before), "close", "keep-alive before SIGTERM");
 
     let sent = Instant::now();
     send_term(gw.pid());
@@ -185,6 +194,13 @@ async fn an_explicit_drain_delay_is_served_through_when_idle() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     let resp = support::post_json(&url, &chat, &[]).await;
     assert_eq!(resp.status(), 200, "a request during the drain delay");
+    // Each connection ends after its answer, so a keep-alive client's next
+    // request opens one to another replica instead of racing the close.
+    assert_eq!(
+        connection(&resp),
+        "close",
+        "Connection: close while draining"
+    );
     assert!(
         sent.elapsed() < delay,
         "the request was sent too late to tell"

@@ -131,6 +131,18 @@ impl Drop for Daemon {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The daemon's network namespace mount under its exec root.
+        let prefix = self.root.display().to_string();
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        let mut ours: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| m.starts_with(&prefix))
+            .collect();
+        ours.sort_unstable_by(|a, b| b.cmp(a));
+        for mount in ours {
+            let _ = Command::new("umount").args(["-l", mount]).status();
+        }
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }
@@ -249,4 +261,426 @@ async fn images_run_as_nonroot_read_only_and_the_gateway_image_serves() {
         .await
         .expect("readyz");
     assert_eq!(ready.status(), 200);
+}
+
+/// The real node: a Deployment of the simulator image, pulled from the
+/// local registry, runs under Pod Security `restricted` (enforced on its
+/// namespace), answers through its ClusterIP Service from the host and by
+/// Service name from another pod (cluster DNS), and the host is left as
+/// it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_from_the_local_registry_serves_through_a_cluster_ip_and_dns() {
+    use flexinfer_testkube::real::node::{NodeParts, RealNode};
+    let Some(parts) = NodeParts::find() else {
+        eprintln!("skipped: the real node's parts were not built");
+        return;
+    };
+    let node = tokio::task::spawn_blocking(move || RealNode::start(&parts))
+        .await
+        .expect("node");
+    let sim = format!(
+        "{}/flexinfer-sim:{}",
+        node.images,
+        std::env::var("FLEXINFER_IMAGE_TAG").unwrap_or_default()
+    );
+    node.apply(&format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata:
+  name: lane
+  labels: {{pod-security.kubernetes.io/enforce: restricted}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: sim, namespace: lane}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: sim}}}}
+  template:
+    metadata: {{labels: {{app: sim}}}}
+    spec:
+      containers:
+      - name: sim
+        image: {sim}
+        args: [--host, 0.0.0.0, --port, "8000", --model, sim]
+        ports: [{{containerPort: 8000}}]
+        readinessProbe: {{httpGet: {{path: /health, port: 8000}}, periodSeconds: 1}}
+        securityContext:
+          readOnlyRootFilesystem: true
+          runAsNonRoot: true
+          allowPrivilegeEscalation: false
+          capabilities: {{drop: [ALL]}}
+          seccompProfile: {{type: RuntimeDefault}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: sim, namespace: lane}}
+spec:
+  selector: {{app: sim}}
+  ports: [{{port: 80, targetPort: 8000}}]
+"#
+    ));
+    node.wait_rollout("lane", "deployment/sim");
+    let ip = node
+        .plane
+        .kubectl(&[
+            "get",
+            "svc",
+            "sim",
+            "-n",
+            "lane",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .expect("service");
+    // From the host, through kube-proxy's rules.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let models = loop {
+        match crate::support::client()
+            .get(format!("http://{ip}/v1/models"))
+            .send()
+            .await
+        {
+            Ok(r) if r.status() == 200 => break r.text().await.unwrap_or_default(),
+            other => {
+                assert!(Instant::now() < deadline, "ClusterIP {ip}: {other:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(models.contains("\"sim\""), "{models}");
+    // The kubelet serves logs to the API server.
+    let logs = node
+        .plane
+        .kubectl(&["logs", "-n", "lane", "deployment/sim", "--tail=5"])
+        .expect("kubectl logs through the kubelet");
+    assert!(logs.contains("listening"), "{logs}");
+    // From a pod, by the Service's name through cluster DNS: the bench
+    // image loads the simulator for two requests.
+    let tag = std::env::var("FLEXINFER_IMAGE_TAG").unwrap_or_default();
+    node.apply(&format!(
+        r#"apiVersion: batch/v1
+kind: Job
+metadata: {{name: probe, namespace: lane}}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: probe
+        image: {images}/flexinfer-bench:{tag}
+        args: [load, --url, "http://sim.lane.svc.cluster.local", --model, sim, -c, "1", -n, "2", --warmup, "0", --json]
+        securityContext:
+          readOnlyRootFilesystem: true
+          runAsNonRoot: true
+          allowPrivilegeEscalation: false
+          capabilities: {{drop: [ALL]}}
+          seccompProfile: {{type: RuntimeDefault}}
+"#,
+        images = node.images
+    ));
+    let done = node.plane.kubectl(&[
+        "wait",
+        "-n",
+        "lane",
+        "job/probe",
+        "--for=condition=Complete",
+        "--timeout=90s",
+    ]);
+    let probe_log = node
+        .plane
+        .kubectl(&["logs", "-n", "lane", "job/probe"])
+        .unwrap_or_default();
+    assert!(done.is_ok(), "the probe Job failed: {done:?}\n{probe_log}");
+    let differences = tokio::task::spawn_blocking(move || node.stop())
+        .await
+        .expect("stop");
+    assert!(
+        differences.is_empty(),
+        "the host was not restored: {differences:#?}"
+    );
+}
+
+/// Every pod of `namespace`: its name, whether Ready, and its containers'
+/// restarts.
+fn pods_of(
+    node: &flexinfer_testkube::real::node::RealNode,
+    namespace: &str,
+) -> Vec<(String, bool, u64)> {
+    let list: serde_json::Value = serde_json::from_str(
+        &node
+            .plane
+            .kubectl(&["get", "pods", "-n", namespace, "-o", "json"])
+            .expect("pods"),
+    )
+    .expect("JSON");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let ready = p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let restarts = p["status"]["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["restartCount"].as_u64())
+                .sum();
+            (
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                ready,
+                restarts,
+            )
+        })
+        .collect()
+}
+
+/// The chart with its defaults on the real node, images from the local
+/// registry (`image.registry` set as a user with a private registry
+/// does), in a namespace enforcing Pod Security `restricted`: every
+/// component Ready by its own probes with no restart, the two gateway
+/// replicas sharing routing state, a Model of the simulator image answering
+/// from zero through the gateway's ClusterIP, and the host left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_runs_on_the_real_node_with_its_defaults() {
+    use flexinfer_testkube::real::node::{NodeParts, RealNode};
+    let Some(parts) = NodeParts::find() else {
+        eprintln!("skipped: the real node's parts were not built");
+        return;
+    };
+    let node = tokio::task::spawn_blocking(move || RealNode::start(&parts))
+        .await
+        .expect("node");
+    let namespace = "flexinfer-system";
+    node.plane
+        .kubectl(&["create", "namespace", namespace])
+        .expect("namespace");
+    node.plane
+        .kubectl(&[
+            "label",
+            "namespace",
+            namespace,
+            "pod-security.kubernetes.io/enforce=restricted",
+        ])
+        .expect("label");
+    let started = Instant::now();
+    let registry = format!("image.registry={}", node.images);
+    let out = node
+        .plane
+        .helm()
+        .args([
+            "install",
+            "flexinfer",
+            "helm/flexinfer",
+            "--namespace",
+            namespace,
+            "--set",
+            &registry,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR").trim_end_matches("/gateway"))
+        .output()
+        .expect("helm");
+    assert!(
+        out.status.success(),
+        "helm install: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.wait_rollout(namespace, "deployment/flexinfer-proxy");
+    node.wait_rollout(namespace, "daemonset/flexinfer-agent");
+    let pods = pods_of(&node, namespace);
+    eprintln!(
+        "Ready {:.1} s after helm install: {pods:?}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        pods.iter()
+            .all(|(_, ready, restarts)| *ready && *restarts == 0),
+        "{pods:?}"
+    );
+
+    // The node agent labelled the Node from what it read through its
+    // mounts (the CPU path).
+    let labels = node
+        .plane
+        .kubectl(&[
+            "get",
+            "node",
+            flexinfer_testkube::real::node::NODE,
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ])
+        .expect("node");
+    eprintln!("node labels: {labels}");
+    assert!(
+        labels.contains("flexinfer.ai/"),
+        "the agent set no label: {labels}"
+    );
+
+    // The two replicas found each other through the headless Service (by
+    // DNS) and share: each merged the other's snapshot.
+    let client = crate::support::client();
+    let gateway_ips = node
+        .plane
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-l",
+            "app.kubernetes.io/component=gateway",
+            "-o",
+            "jsonpath={.items[*].status.podIP}",
+        ])
+        .expect("gateway pods");
+    let ips: Vec<String> = gateway_ips.split_whitespace().map(str::to_owned).collect();
+    assert_eq!(ips.len(), 2, "{gateway_ips}");
+    for ip in &ips {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = client
+                .get(format!("http://{ip}:9090/metrics"))
+                .send()
+                .await
+                .ok();
+            let text = match text {
+                Some(r) => r.text().await.unwrap_or_default(),
+                None => String::new(),
+            };
+            let peers = crate::support::metric_value(&text, "flexinfer_proxy_routing_peers ");
+            let applied = crate::support::metric_value(
+                &text,
+                "flexinfer_proxy_routing_peer_snapshots_total{result=\"applied\"}",
+            );
+            if peers == 1.0 && applied >= 1.0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica {ip} shares with no peer: peers {peers}, snapshots {applied}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    // A CPU Model on the simulator image (llama.cpp's backend: the image
+    // gets the args llama-server gets), from zero, through the gateway's
+    // ClusterIP Service.
+    let tag = std::env::var("FLEXINFER_IMAGE_TAG").unwrap_or_default();
+    node.apply(&format!(
+        r#"apiVersion: ai.flexinfer/v1alpha2
+kind: Model
+metadata: {{name: sim-m, namespace: {namespace}}}
+spec:
+  backend: llamacpp
+  source: hf://flexinfer/sim-m
+  image: {images}/flexinfer-sim:{tag}
+  cache: {{strategy: None}}
+  securityContext: {{runAsNonRoot: true}}
+  serverless: {{enabled: true, idleTimeout: 60s, coldStartTimeout: 120s}}
+  resources: {{requests: {{cpu: 100m, memory: 64Mi}}, limits: {{memory: 256Mi}}}}
+"#,
+        images = node.images
+    ));
+    let proxy = node
+        .plane
+        .kubectl(&[
+            "get",
+            "svc",
+            "flexinfer-proxy",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .expect("proxy service");
+    let from_zero = Instant::now();
+    let resp = client
+        .post(format!("http://{proxy}/v1/chat/completions"))
+        .json(&chat("sim-m"))
+        .timeout(Duration::from_secs(150))
+        .send()
+        .await
+        .expect("chat through the ClusterIP");
+    let status = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    assert_eq!(
+        status,
+        200,
+        "{body}\n{}\n{}",
+        node.plane
+            .kubectl(&[
+                "get",
+                "pods,models.ai.flexinfer",
+                "-n",
+                namespace,
+                "-o",
+                "wide"
+            ])
+            .unwrap_or_default(),
+        node.plane
+            .kubectl(&["get", "events", "-n", namespace])
+            .unwrap_or_default()
+    );
+    eprintln!(
+        "from zero through the ClusterIP in {:.1} s",
+        from_zero.elapsed().as_secs_f64()
+    );
+
+    // A gateway pod deleted under traffic: no failed request.
+    let victim = node
+        .plane
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-l",
+            "app.kubernetes.io/component=gateway",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .expect("gateway pod");
+    let traffic = {
+        let client = client.clone();
+        let url = format!("http://{proxy}/v1/chat/completions");
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            let until = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < until {
+                match client.post(&url).json(&chat("sim-m")).send().await {
+                    Ok(r) if r.status() == 200 => ok += 1,
+                    Ok(r) => failed.push(r.status().to_string()),
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    node.plane
+        .kubectl(&["delete", "pod", "-n", namespace, &victim, "--wait=false"])
+        .expect("delete a gateway pod");
+    let (ok, failed) = traffic.await.expect("traffic");
+    eprintln!(
+        "gateway pod deleted under traffic: {ok} served, {} failed: {failed:?}",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{failed:?}");
+    node.wait_rollout(namespace, "deployment/flexinfer-proxy");
+
+    let differences = tokio::task::spawn_blocking(move || node.stop())
+        .await
+        .expect("stop");
+    assert!(
+        differences.is_empty(),
+        "the host was not restored: {differences:#?}"
+    );
 }

@@ -439,6 +439,12 @@ fn served_name_matches_what_the_gateway_sends_and_config_args() {
         &BuildSettings::default(),
     );
     assert_eq!(after(&args_of(&cpu), "--n-gpu-layers"), Some("0"));
+    // The image's own entrypoint starts llama-server: the official images
+    // (the catalog's defaults) have nothing at a fixed build path.
+    for out in [&gpu, &cpu] {
+        let container = &out["deployment"]["spec"]["template"]["spec"]["containers"][0];
+        assert!(container.get("command").is_none(), "{container}");
+    }
 }
 
 #[test]

@@ -15,8 +15,10 @@
 //! processes die with the test binary (parent-death signal), and its folder
 //! is removed by the OS's temp cleaning, not by the tests.
 
+pub mod host;
 pub mod kubelet;
 pub mod netns;
+pub mod node;
 
 pub use crate::sim::KubeletPod;
 pub use kubelet::{KubeletConfig, RealKubelet};
@@ -38,6 +40,10 @@ pub const BINARIES_VAR: &str = "FLEXINFER_CONTROL_PLANE";
 pub const REQUIRE_VAR: &str = "FLEXINFER_REQUIRE_CONTROL_PLANE";
 
 const ADMIN_TOKEN: &str = "flexinfer-test-admin";
+/// The static token of a real node's kubelet.
+pub(crate) const KUBELET_TOKEN: &str = "flexinfer-test-kubelet";
+/// The static token of a real node's kube-proxy.
+pub(crate) const PROXY_TOKEN: &str = "flexinfer-test-kube-proxy";
 const READY_WITHIN: Duration = Duration::from_secs(120);
 
 /// The folder of the control plane's binaries, when it was built.
@@ -94,6 +100,9 @@ pub struct ControlPlane {
     pub admin_kubeconfig: PathBuf,
     audit_log: PathBuf,
     children: Mutex<Vec<(String, Child)>>,
+    /// The host address the API server listens on for pods and a node
+    /// (see [`ControlPlane::start_for_node`]); loopback only when `None`.
+    reach: Option<String>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -102,7 +111,7 @@ impl std::fmt::Debug for ControlPlane {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -120,7 +129,7 @@ fn run(cmd: &mut Command) {
 
 /// A CA, a serving certificate for 127.0.0.1 and localhost signed by it,
 /// and an RSA key pair for ServiceAccount tokens, in `dir`.
-fn make_keys(dir: &Path) {
+fn make_keys(dir: &Path, reach: Option<&str>) {
     let ossl = |args: &[&str]| run(Command::new("openssl").args(args).current_dir(dir));
     ossl(&["genrsa", "-out", "ca.key", "2048"]);
     ossl(&[
@@ -147,10 +156,15 @@ fn make_keys(dir: &Path) {
         "-out",
         "serving.csr",
     ]);
+    let extra = reach.map_or(String::new(), |ip| {
+        format!(",IP:{ip},IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc.cluster.local")
+    });
     std::fs::write(
         dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n\
-         extendedKeyUsage=serverAuth\n",
+        format!(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc{extra}\n\
+             extendedKeyUsage=serverAuth\n"
+        ),
     )
     .expect("san.ext");
     ossl(&[
@@ -172,6 +186,37 @@ fn make_keys(dir: &Path) {
     ]);
     ossl(&["genrsa", "-out", "sa.key", "2048"]);
     ossl(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
+    // The API server's client certificate towards kubelets (logs, exec,
+    // port-forward).
+    ossl(&["genrsa", "-out", "kubelet-client.key", "2048"]);
+    ossl(&[
+        "req",
+        "-new",
+        "-key",
+        "kubelet-client.key",
+        "-subj",
+        "/CN=kube-apiserver-kubelet-client/O=system:masters",
+        "-out",
+        "kubelet-client.csr",
+    ]);
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("client.ext");
+    ossl(&[
+        "x509",
+        "-req",
+        "-in",
+        "kubelet-client.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-extfile",
+        "client.ext",
+        "-out",
+        "kubelet-client.crt",
+    ]);
 }
 
 type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
@@ -180,7 +225,7 @@ type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
 /// thread that lives as long as the process (a parent-death signal fires
 /// when the spawning *thread* ends, and each test runs on a thread of its
 /// own).
-fn spawn_for_life(mut cmd: Command) -> std::io::Result<Child> {
+pub(crate) fn spawn_for_life(mut cmd: Command) -> std::io::Result<Child> {
     static KEEPER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     let keeper = KEEPER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<SpawnRequest>();
@@ -236,12 +281,39 @@ impl ControlPlane {
     /// binaries in `bin`, and waits until the API server is ready and the
     /// `default` ServiceAccount exists.
     pub fn start(bin: &Path) -> Self {
+        Self::start_with(bin, None)
+    }
+
+    /// A control plane for a real node ([`node::RealNode`]): the API server
+    /// listens on `ip` (a host address pods reach through the `kubernetes`
+    /// Service, which kube-proxy maps to it) with that address, the
+    /// Service's `10.96.0.1` and its DNS names in its certificate; every
+    /// controller of kube-controller-manager runs (but the cloud's and
+    /// node IPAM), kube-scheduler too, and static tokens name the node's
+    /// kubelet (`system:node:<node>`) and kube-proxy.
+    pub fn start_for_node(bin: &Path, ip: &str, node: &str) -> Self {
+        let plane = Self::start_with(bin, Some((ip, node)));
+        let kcm = plane.dir.join("kcm.kubeconfig");
+        let args = [
+            format!("--kubeconfig={}", kcm.display()),
+            format!("--authentication-kubeconfig={}", kcm.display()),
+            format!("--authorization-kubeconfig={}", kcm.display()),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", free_port()),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        plane.spawn("kube-scheduler", &args);
+        plane
+    }
+
+    fn start_with(bin: &Path, node: Option<(&str, &str)>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("flexinfer-control-plane-")
             .tempdir()
             .expect("tempdir")
             .keep();
-        make_keys(&dir);
+        make_keys(&dir, node.map(|(ip, _)| ip));
         let plane = ControlPlane {
             server: String::new(),
             ca: dir.join("ca.crt"),
@@ -250,11 +322,12 @@ impl ControlPlane {
             bin: bin.to_path_buf(),
             dir,
             children: Mutex::new(Vec::new()),
+            reach: node.map(|(ip, _)| ip.to_owned()),
         };
-        plane.boot()
+        plane.boot(node.map_or("", |(_, n)| n))
     }
 
-    fn boot(mut self) -> Self {
+    fn boot(mut self, node: &str) -> Self {
         let started = Instant::now();
         let (client, peer, api) = (free_port(), free_port(), free_port());
         let etcd_url = format!("http://127.0.0.1:{client}");
@@ -272,18 +345,25 @@ impl ControlPlane {
                 "--log-level=warn",
             ],
         );
-        std::fs::write(
-            self.dir.join("tokens.csv"),
-            format!("{ADMIN_TOKEN},flexinfer-test-admin,1,\"system:masters\"\n"),
-        )
-        .expect("token file");
+        let mut tokens = format!("{ADMIN_TOKEN},flexinfer-test-admin,1,\"system:masters\"\n");
+        if self.reach.is_some() {
+            tokens.push_str(&format!(
+                "{KUBELET_TOKEN},system:node:{node},2,\"system:nodes\"\n\
+                 {PROXY_TOKEN},system:kube-proxy,3,\"\"\n"
+            ));
+        }
+        std::fs::write(self.dir.join("tokens.csv"), tokens).expect("token file");
         std::fs::write(self.dir.join("audit-policy.yaml"), AUDIT_POLICY).expect("audit policy");
         let d = |name: &str| self.dir.join(name).display().to_string();
-        self.server = format!("https://127.0.0.1:{api}");
-        let args = [
+        let (bind, advertise) = match &self.reach {
+            Some(ip) => ("0.0.0.0", ip.clone()),
+            None => ("127.0.0.1", "127.0.0.1".to_owned()),
+        };
+        self.server = format!("https://{advertise}:{api}");
+        let mut args = vec![
             format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--bind-address={bind}"),
+            format!("--advertise-address={advertise}"),
             format!("--secure-port={api}"),
             format!("--tls-cert-file={}", d("serving.crt")),
             format!("--tls-private-key-file={}", d("serving.key")),
@@ -300,6 +380,14 @@ impl ControlPlane {
             "--audit-log-mode=blocking".into(),
             "--v=0".into(),
         ];
+        if self.reach.is_some() {
+            args.extend([
+                format!("--kubelet-client-certificate={}", d("kubelet-client.crt")),
+                format!("--kubelet-client-key={}", d("kubelet-client.key")),
+                "--kubelet-preferred-address-types=InternalIP".into(),
+                "--enable-admission-plugins=NodeRestriction".into(),
+            ]);
+        }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.spawn("kube-apiserver", &args);
         self.write_kubeconfig(&self.admin_kubeconfig, ADMIN_TOKEN);
@@ -313,12 +401,20 @@ impl ControlPlane {
             "--leader-elect=false".into(),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={}", free_port()),
-            "--controllers=deployment-controller,replicaset-controller,\
-             endpointslice-controller,garbage-collector-controller,serviceaccount-controller,\
-             serviceaccount-token-controller,namespace-controller,job-controller,\
-             ttl-after-finished-controller,persistentvolumeclaim-protection-controller,\
-             persistentvolume-protection-controller"
-                .into(),
+            match self.reach {
+                // A real node: every controller but the cloud's and the
+                // node IPAM's (the node's CNI range is static).
+                Some(_) => "--controllers=*,-nodeipam,-cloud-node-lifecycle,\
+                            -service-lb-controller,-node-route-controller"
+                    .into(),
+                None => "--controllers=deployment-controller,replicaset-controller,\
+                         endpointslice-controller,garbage-collector-controller,\
+                         serviceaccount-controller,serviceaccount-token-controller,\
+                         namespace-controller,job-controller,ttl-after-finished-controller,\
+                         persistentvolumeclaim-protection-controller,\
+                         persistentvolume-protection-controller"
+                    .into(),
+            },
             format!("--service-account-private-key-file={}", d("sa.key")),
             format!("--root-ca-file={}", d("ca.crt")),
             "--use-service-account-credentials=true".into(),
