@@ -107,8 +107,9 @@ if [ ! -s "$debian" ]; then
   mv "$debian.tmp" "$debian"
   rm -rf "$work"
 fi
-$DOCKER image inspect gcr.io/distroless/cc-debian12:nonroot >/dev/null 2>&1 \
+$DOCKER image inspect -f '{{json .Config.Env}}' gcr.io/distroless/cc-debian12:nonroot 2>/dev/null | grep -q PATH= \
   || $DOCKER import -c 'USER 65532:65532' -c 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' \
+       -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
        "$distroless" gcr.io/distroless/cc-debian12:nonroot >&2
 $DOCKER image inspect debian:bookworm-slim >/dev/null 2>&1 \
   || $DOCKER import -c 'CMD ["bash"]' "$debian" debian:bookworm-slim >&2
@@ -146,9 +147,19 @@ if [ -n "${FLEXINFER_REAL_NODE:-}" ] && [ -x "$FLEXINFER_REAL_NODE/pause" ]; the
   printf 'FROM gcr.io/distroless/cc-debian12:nonroot\nCOPY coredns /coredns\nUSER 65532:65532\nENTRYPOINT ["/coredns"]\n' >"$node_stage/Dockerfile.coredns"
   $DOCKER build -q -f "$node_stage/Dockerfile.pause" -t "$REGISTRY/flexinfer/pause:3.10" "$node_stage" >&2
   $DOCKER build -q -f "$node_stage/Dockerfile.coredns" -t "$REGISTRY/flexinfer/coredns:latest" "$node_stage" >&2
+  # The chart's second kube-scheduler (scheduler.enabled), from the control
+  # plane's binary, under the name and tag the chart derives from the
+  # cluster's version (registry.k8s.io's image holds it in /usr/local/bin).
+  kube_version=""
+  if [ -n "${FLEXINFER_CONTROL_PLANE:-}" ] && [ -x "$FLEXINFER_CONTROL_PLANE/kube-scheduler" ]; then
+    kube_version=$("$FLEXINFER_CONTROL_PLANE/kube-scheduler" --version | awk '{print $2}')
+    cp "$FLEXINFER_CONTROL_PLANE/kube-scheduler" "$node_stage/"
+    printf 'FROM gcr.io/distroless/cc-debian12:nonroot\nCOPY kube-scheduler /usr/local/bin/kube-scheduler\n' >"$node_stage/Dockerfile.kube-scheduler"
+    $DOCKER build -q -f "$node_stage/Dockerfile.kube-scheduler" -t "$REGISTRY/flexinfer/kube-scheduler:$kube_version" "$node_stage" >&2
+  fi
   rm -rf "$node_stage"
-  targets="$targets pause coredns"
-  tag_of() { case $1 in pause) echo 3.10;; coredns) echo latest;; *) echo "$TAG";; esac; }
+  targets="$targets pause coredns${kube_version:+ kube-scheduler}"
+  tag_of() { case $1 in pause) echo 3.10;; coredns) echo latest;; kube-scheduler) echo "$kube_version";; *) echo "$TAG";; esac; }
 else
   tag_of() { echo "$TAG"; }
 fi

@@ -35,6 +35,7 @@ use crate::tenants::Tenants;
 pub struct GatewayServer {
     server: Server,
     shutdown: Option<Box<dyn FnOnce() + Send>>,
+    step_down: Option<Arc<Notify>>,
     draining: Arc<AtomicBool>,
     drain: DrainPolicy,
     /// The listening addresses, held until Pingora binds them.
@@ -107,6 +108,7 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     Ok(GatewayServer {
         server,
         shutdown: mode.shutdown,
+        step_down: mode.step_down,
         draining,
         drain: DrainPolicy {
             delay: cli.shutdown_drain_delay,
@@ -296,7 +298,8 @@ impl GatewayServer {
     }
 
     fn run_with(self, stop: Option<Arc<Notify>>) {
-        let watch = SignalWatch::new(self.draining, self.drain, stop);
+        let watch =
+            SignalWatch::new(self.draining, self.drain, stop).with_step_down(self.step_down);
         // Pingora binds the addresses itself from here on.
         drop(self.listeners);
         self.server.run(RunArgs {

@@ -48,6 +48,9 @@ pub struct SignalWatch {
     draining: Arc<AtomicBool>,
     policy: DrainPolicy,
     stop: Option<Arc<Notify>>,
+    /// Told at SIGTERM, before the drain: the embedded controllers hand
+    /// their leadership over at once.
+    step_down: Option<Arc<Notify>>,
     /// Requests the proxy holds now: queued, waiting for a cold start or
     /// being proxied.
     in_flight: fn() -> usize,
@@ -62,8 +65,17 @@ impl SignalWatch {
             draining,
             policy,
             stop,
+            step_down: None,
             in_flight: crate::proxy::requests_in_progress,
         }
+    }
+
+    /// Notifies `step_down` at SIGTERM, before the drain (the embedded
+    /// controllers release their Lease, so that a new pod of a rolling
+    /// update leads while this one drains).
+    pub fn with_step_down(mut self, step_down: Option<Arc<Notify>>) -> Self {
+        self.step_down = step_down;
+        self
     }
 
     fn in_flight(&self) -> usize {
@@ -108,6 +120,9 @@ impl ShutdownSignalWatch for SignalWatch {
             _ = int.recv() => ShutdownSignal::FastShutdown,
             _ = term.recv() => {
                 self.draining.store(true, Ordering::SeqCst);
+                if let Some(step_down) = &self.step_down {
+                    step_down.notify_one();
+                }
                 let (serve, in_flight) = self.policy.phases();
                 tracing::info!(
                     in_flight = self.in_flight(),

@@ -65,6 +65,9 @@ pub struct KubeSettings {
     pub activation_backoff: Option<backoff::ActivationBackoff>,
     /// The operator's controllers, when they run inside the gateway.
     pub embedded_operator: Option<EmbeddedControllers>,
+    /// Notified at SIGTERM: the embedded controllers stop (releasing their
+    /// Lease) before the proxy's drain, not after it.
+    pub step_down: Arc<Notify>,
 }
 
 /// The operator's controllers run in the gateway (`--embedded-operator`).
@@ -86,6 +89,7 @@ impl Default for KubeSettings {
             startup_timeout: Duration::from_secs(60),
             activation_backoff: None,
             embedded_operator: None,
+            step_down: Arc::new(Notify::new()),
         }
     }
 }
@@ -167,13 +171,23 @@ async fn serve(
     if ready.send(Ok(lifecycle.clone())).is_err() {
         return;
     }
-    let (operator_stop, operator_stopped) = oneshot::channel::<()>();
+    let (operator_stop, operator_stopped) = tokio::sync::watch::channel(false);
+    let operator_stop = Arc::new(operator_stop);
+    let stepping_down = {
+        let (step_down, operator_stop) = (settings.step_down.clone(), operator_stop.clone());
+        tokio::spawn(async move {
+            step_down.notified().await;
+            tracing::info!("SIGTERM: the embedded controllers hand their leadership over");
+            operator_stop.send_replace(true);
+        })
+    };
     let operator = settings.embedded_operator.clone().map(|embedded| {
         let client = client.clone();
         tokio::spawn(async move {
             tracing::info!(?embedded, "starting the embedded operator");
-            let stopped = async {
-                let _ = operator_stopped.await;
+            let stopped = async move {
+                let mut stopped = operator_stopped;
+                let _ = stopped.wait_for(|s| *s).await;
             };
             if let Err(e) =
                 flexinfer_operator::controllers::run(client, embedded.settings, stopped).await
@@ -196,8 +210,9 @@ async fn serve(
     }
     actions.abort();
     keep_active.abort();
+    stepping_down.abort();
     if let Some(operator) = operator {
-        let _ = operator_stop.send(());
+        operator_stop.send_replace(true);
         // Reconciles in flight finish; the Lease is released.
         let _ = tokio::time::timeout(Duration::from_secs(10), operator).await;
     }

@@ -64,5 +64,6 @@ pub fn start(
                 op.shutdown();
             }) as Box<dyn FnOnce() + Send>
         }),
+        step_down: None,
     })
 }

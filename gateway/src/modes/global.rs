@@ -51,6 +51,7 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
             global.into_monitor(),
         ))],
         shutdown: None,
+        step_down: None,
     })
 }
 

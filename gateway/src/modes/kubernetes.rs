@@ -34,6 +34,10 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
             .then(|| embedded_controllers(cli, metrics)),
         ..KubeSettings::default()
     };
+    let step_down = settings
+        .embedded_operator
+        .is_some()
+        .then(|| settings.step_down.clone());
     let kube = KubeMode::start(settings, store.clone())?;
     Ok(Mode {
         source: "kubernetes".to_string(),
@@ -45,6 +49,7 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
             .into_iter()
             .collect(),
         shutdown: Some(Box::new(move || kube.shutdown())),
+        step_down,
     })
 }
 

@@ -45,6 +45,9 @@ pub struct Mode {
     /// Stops what runs beside the proxy (local model processes, watches);
     /// called once the proxy has stopped.
     pub shutdown: Option<Box<dyn FnOnce() + Send>>,
+    /// Notified at SIGTERM, before the drain: controllers running in the
+    /// gateway hand their leadership over at once instead of after it.
+    pub step_down: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// What the endpoints of the routes are.

@@ -676,6 +676,180 @@ spec:
     assert!(failed.is_empty(), "{failed:?}");
     node.wait_rollout(namespace, "deployment/flexinfer-proxy");
 
+    // GPU-aware placement on, as docs/quickstart.md §2.6 turns it on: the
+    // extender and the second kube-scheduler (its image from the local
+    // registry, under the tag the chart derives from the cluster's
+    // version); a new Model's pod is placed by that scheduler, which asks
+    // the extender.
+    let kube_scheduler = format!(
+        "scheduler.kubeScheduler.repository={}/kube-scheduler",
+        node.images
+    );
+    let out = node
+        .plane
+        .helm()
+        .args([
+            "upgrade",
+            "flexinfer",
+            "helm/flexinfer",
+            "--namespace",
+            namespace,
+            "--reuse-values",
+            "--set",
+            "scheduler.enabled=true",
+            "--set",
+            &kube_scheduler,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR").trim_end_matches("/gateway"))
+        .output()
+        .expect("helm");
+    assert!(
+        out.status.success(),
+        "helm upgrade: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for deployment in ["flexinfer-sched", "flexinfer-scheduler", "flexinfer-proxy"] {
+        node.wait_rollout(namespace, &format!("deployment/{deployment}"));
+    }
+    let pods = pods_of(&node, namespace);
+    assert!(
+        pods.iter()
+            .all(|(_, ready, restarts)| *ready && *restarts == 0),
+        "{pods:?}"
+    );
+    // The upgraded controllers lead: the old pods handed their Lease over
+    // at SIGTERM, not after their drain.
+    let handed_over = Instant::now();
+    let deadline = handed_over + Duration::from_secs(60);
+    loop {
+        let holder = node
+            .plane
+            .kubectl(&[
+                "get",
+                "lease",
+                "flexinfer-operator",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ])
+            .unwrap_or_default();
+        let pods: serde_json::Value = serde_json::from_str(
+            &node
+                .plane
+                .kubectl(&[
+                    "get",
+                    "pods",
+                    "-n",
+                    namespace,
+                    "-l",
+                    "app.kubernetes.io/component=gateway",
+                    "-o",
+                    "json",
+                ])
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        let upgraded: Vec<String> = pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter(|p| {
+                p["spec"]["containers"][0]["env"]
+                    .to_string()
+                    .contains("FLEXINFER_SCHEDULER_NAME")
+            })
+            .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        if !holder.is_empty() && upgraded.iter().any(|p| holder.contains(p.as_str())) {
+            eprintln!(
+                "an upgraded pod leads {:.1} s after the rollout",
+                handed_over.elapsed().as_secs_f64()
+            );
+            // Before the old pods' preStop sleep (5 s) and drain delay (5 s)
+            // are over: they stepped down at SIGTERM.
+            assert!(
+                handed_over.elapsed() < Duration::from_secs(10),
+                "the old leader kept its Lease through its drain"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Lease stayed with {holder:?}; upgraded pods: {upgraded:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    node.apply(&format!(
+        r#"apiVersion: ai.flexinfer/v1alpha2
+kind: Model
+metadata: {{name: placed, namespace: {namespace}}}
+spec:
+  backend: llamacpp
+  source: hf://flexinfer/placed
+  image: {images}/flexinfer-sim:{tag}
+  cache: {{strategy: None}}
+  securityContext: {{runAsNonRoot: true}}
+  serverless: {{enabled: true, idleTimeout: 60s, coldStartTimeout: 120s}}
+  resources: {{requests: {{cpu: 100m, memory: 64Mi}}, limits: {{memory: 256Mi}}}}
+"#,
+        images = node.images
+    ));
+    let resp = client
+        .post(format!("http://{proxy}/v1/chat/completions"))
+        .json(&chat("placed"))
+        .timeout(Duration::from_secs(150))
+        .send()
+        .await
+        .expect("chat");
+    let status = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    assert_eq!(
+        status,
+        200,
+        "{body}\n{}",
+        node.plane
+            .kubectl(&["get", "events", "-n", namespace])
+            .unwrap_or_default()
+    );
+    let scheduled = node
+        .plane
+        .kubectl(&[
+            "get",
+            "events",
+            "-n",
+            namespace,
+            "--field-selector",
+            "reason=Scheduled",
+            "-o",
+            "json",
+        ])
+        .unwrap_or_default();
+    let scheduled: serde_json::Value = serde_json::from_str(&scheduled).unwrap_or_default();
+    let by: Vec<String> = scheduled["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["involvedObject"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("placed-"))
+        })
+        .map(|e| {
+            format!(
+                "{}{}",
+                e["reportingComponent"].as_str().unwrap_or(""),
+                e["source"]["component"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert!(
+        !by.is_empty() && by.iter().all(|c| c.contains("flexinfer-scheduler")),
+        "the placed Model's pod was scheduled by {by:?}"
+    );
+    eprintln!("the placed Model's pod was scheduled by {by:?}");
+
     let differences = tokio::task::spawn_blocking(move || node.stop())
         .await
         .expect("stop");
