@@ -12,7 +12,7 @@
 # - Bases: nothing can be pulled, so stand-ins carry the names the
 #   Dockerfile uses (test-only; users keep the real bases):
 #   gcr.io/distroless/cc-debian12:nonroot from the Debian packages
-#   distroless/cc holds (libc6, libgcc-s1, ca-certificates, tzdata,
+#   distroless/cc holds (libc6, libgcc-s1, libstdc++6, libssl3, ca-certificates, tzdata,
 #   base-files, netbase; a passwd entry for 65532; no shell), and
 #   debian:bookworm-slim from `debootstrap --variant=minbase`. Built once,
 #   kept as tarballs in ~/.cache/flexinfer/images.
@@ -76,11 +76,11 @@ cleanup() {
 trap cleanup EXIT
 
 # --- stand-in bases -----------------------------------------------------------
-distroless="$IMAGES/distroless-cc-debian12.tar"
+distroless="$IMAGES/distroless-cc-debian12-v3.tar"
 if [ ! -s "$distroless" ]; then
   log "stand-in gcr.io/distroless/cc-debian12:nonroot from Debian packages"
   work=$(mktemp -d)
-  (cd "$work" && apt-get download -q libc6 libgcc-s1 ca-certificates tzdata base-files netbase >&2)
+  (cd "$work" && apt-get download -q libc6 libgcc-s1 libstdc++6 libssl3 ca-certificates tzdata base-files netbase >&2)
   mkdir "$work/root"
   for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/root"; done
   # distroless/cc's users and its CA bundle (ca-certificates' postinst
@@ -107,8 +107,9 @@ if [ ! -s "$debian" ]; then
   mv "$debian.tmp" "$debian"
   rm -rf "$work"
 fi
-$DOCKER image inspect -f '{{json .Config.Env}}' gcr.io/distroless/cc-debian12:nonroot 2>/dev/null | grep -q PATH= \
+[ "$($DOCKER image inspect -f '{{index .Config.Labels "flexinfer.stand-in"}}' gcr.io/distroless/cc-debian12:nonroot 2>/dev/null)" = 3 ] \
   || $DOCKER import -c 'USER 65532:65532' -c 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' \
+       -c 'LABEL flexinfer.stand-in=3' \
        -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
        "$distroless" gcr.io/distroless/cc-debian12:nonroot >&2
 $DOCKER image inspect debian:bookworm-slim >/dev/null 2>&1 \
@@ -157,9 +158,19 @@ if [ -n "${FLEXINFER_REAL_NODE:-}" ] && [ -x "$FLEXINFER_REAL_NODE/pause" ]; the
     printf 'FROM gcr.io/distroless/cc-debian12:nonroot\nCOPY kube-scheduler /usr/local/bin/kube-scheduler\n' >"$node_stage/Dockerfile.kube-scheduler"
     $DOCKER build -q -f "$node_stage/Dockerfile.kube-scheduler" -t "$REGISTRY/flexinfer/kube-scheduler:$kube_version" "$node_stage" >&2
   fi
+  # A llama.cpp server image laid out as the official ones
+  # (ghcr.io/ggml-org/llama.cpp:server: /app/llama-server as entrypoint),
+  # from the llama-server scripts/real-node.sh built, as user 65532.
+  llama=""
+  if [ -x "$FLEXINFER_REAL_NODE/llama-server" ]; then
+    cp "$FLEXINFER_REAL_NODE/llama-server" "$node_stage/"
+    printf 'FROM gcr.io/distroless/cc-debian12:nonroot\nCOPY llama-server /app/llama-server\nEXPOSE 8080\nENTRYPOINT ["/app/llama-server"]\n' >"$node_stage/Dockerfile.llama"
+    $DOCKER build -q -f "$node_stage/Dockerfile.llama" -t "$REGISTRY/flexinfer/llama.cpp:server" "$node_stage" >&2
+    llama=" llama.cpp"
+  fi
   rm -rf "$node_stage"
-  targets="$targets pause coredns${kube_version:+ kube-scheduler}"
-  tag_of() { case $1 in pause) echo 3.10;; coredns) echo latest;; kube-scheduler) echo "$kube_version";; *) echo "$TAG";; esac; }
+  targets="$targets pause coredns${kube_version:+ kube-scheduler}$llama"
+  tag_of() { case $1 in pause) echo 3.10;; coredns) echo latest;; kube-scheduler) echo "$kube_version";; llama.cpp) echo server;; *) echo "$TAG";; esac; }
 else
   tag_of() { echo "$TAG"; }
 fi

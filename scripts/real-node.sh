@@ -76,5 +76,27 @@ func main() {
 GO
   go build -trimpath -ldflags "-s -w" -o "$BIN/pause" . >&2
 fi
-log "ready in $BIN: coredns $COREDNS_VERSION, pause; containerd $(containerd --version | awk '{print $3}')"
+# A real engine for the lane's llama.cpp image: llama-server from the
+# llama.cpp sources vendored in llama-cpp-python's sdist (PyPI; the same
+# version the real-backend lane uses), static, CPU only, no OpenMP. About
+# 10 minutes on 2 cores the first time.
+LLAMA_CPP_PYTHON=0.3.36
+if [ ! -x "$BIN/llama-server" ]; then
+  log "building llama-server (llama.cpp of llama-cpp-python $LLAMA_CPP_PYTHON; about 10 minutes)"
+  src="$CACHE/llama-server/src"
+  mkdir -p "$src"
+  if [ ! -d "$src/llama_cpp_python-$LLAMA_CPP_PYTHON" ]; then
+    "${FLEXINFER_PYTHON:-python3}" -m pip download -q --no-deps --no-binary :all: \
+      "llama-cpp-python==$LLAMA_CPP_PYTHON" -d "$src" >&2
+    tar -C "$src" -xzf "$src/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz"
+  fi
+  llama="$src/llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp"
+  cmake -S "$llama" -B "$llama/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON >"$OUT/llama-cmake.log" 2>&1
+  cmake --build "$llama/build" --target llama-server -j"$(nproc)" >"$OUT/llama-build.log" 2>&1
+  cp "$llama/build/bin/llama-server" "$BIN/llama-server.partial"
+  mv "$BIN/llama-server.partial" "$BIN/llama-server"
+fi
+log "ready in $BIN: coredns $COREDNS_VERSION, pause, llama-server; containerd $(containerd --version | awk '{print $3}')"
 echo "export FLEXINFER_REAL_NODE=$BIN"

@@ -850,6 +850,11 @@ spec:
     );
     eprintln!("the placed Model's pod was scheduled by {by:?}");
 
+    // A real engine in a container: llama.cpp's server (an image laid out
+    // as the official ones, its entrypoint llama-server) serving SmolLM2
+    // from a volume, through the gateway.
+    llama_cpp_answers(&node, namespace, &proxy).await;
+
     let differences = tokio::task::spawn_blocking(move || node.stop())
         .await
         .expect("stop");
@@ -857,4 +862,170 @@ spec:
         differences.is_empty(),
         "the host was not restored: {differences:#?}"
     );
+}
+
+/// A Model of the llama.cpp server image, the SmolLM2 GGUF of the
+/// real-backend lane on a PersistentVolume (`pvc://`), answers a chat
+/// through the gateway's ClusterIP. Skipped where the image or the model
+/// file was not built.
+async fn llama_cpp_answers(
+    node: &flexinfer_testkube::real::node::RealNode,
+    namespace: &str,
+    proxy: &str,
+) {
+    let Some(model) = std::env::var_os("FLEXINFER_LLAMA_MODEL").map(std::path::PathBuf::from)
+    else {
+        eprintln!("llama.cpp step skipped: no FLEXINFER_LLAMA_MODEL (scripts/real-backend.sh)");
+        return;
+    };
+    let registry = node.registry();
+    let image_there = std::process::Command::new("curl")
+        .args([
+            "-fsS",
+            "-o",
+            "/dev/null",
+            &format!("http://{registry}/v2/flexinfer/llama.cpp/manifests/server"),
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !image_there {
+        assert!(
+            std::env::var("FLEXINFER_REQUIRE_REAL_NODE").as_deref() != Ok("1"),
+            "no llama.cpp image in the registry (scripts/real-node.sh builds llama-server, scripts/images.sh the image)"
+        );
+        eprintln!("llama.cpp step skipped: no llama.cpp image in the registry");
+        return;
+    }
+    let dir = model.parent().expect("model folder").display().to_string();
+    let file = model
+        .file_name()
+        .expect("model file")
+        .to_string_lossy()
+        .into_owned();
+    node.apply(&format!(
+        r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: smollm}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {{path: "{dir}", type: Directory}}
+  claimRef: {{namespace: {namespace}, name: smollm}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: smollm, namespace: {namespace}}}
+spec:
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  volumeName: smollm
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: ai.flexinfer/v1alpha2
+kind: Model
+metadata: {{name: smollm, namespace: {namespace}}}
+spec:
+  backend: llamacpp
+  source: pvc://smollm/{file}
+  image: {registry}/flexinfer/llama.cpp:server
+  config: {{contextSize: 2048}}
+  securityContext: {{runAsNonRoot: true}}
+  serverless: {{enabled: true, idleTimeout: 60s, coldStartTimeout: 180s}}
+  resources: {{requests: {{cpu: 500m, memory: 256Mi}}, limits: {{memory: 1Gi}}}}
+"#
+    ));
+    let started = Instant::now();
+    let resp = crate::support::client()
+        .post(format!("http://{proxy}/v1/chat/completions"))
+        .json(&serde_json::json!({
+            "model": "smollm",
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 8
+        }))
+        .timeout(Duration::from_secs(200))
+        .send()
+        .await
+        .expect("chat to llama.cpp");
+    let status = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    assert_eq!(
+        status,
+        200,
+        "{body}\n{}\n{}",
+        node.plane
+            .kubectl(&[
+                "get",
+                "pods,pvc,models.ai.flexinfer",
+                "-n",
+                namespace,
+                "-o",
+                "wide"
+            ])
+            .unwrap_or_default(),
+        node.plane
+            .kubectl(&["logs", "-n", namespace, "deployment/smollm", "--tail=20"])
+            .unwrap_or_default()
+    );
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON answer");
+    let text = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!text.trim().is_empty(), "{body}");
+    eprintln!(
+        "llama.cpp in a container answered through the gateway in {:.1} s from zero: {text:?}",
+        started.elapsed().as_secs_f64()
+    );
+
+    // docs/quickstart.md §2.3 and §2.5 as written: the CRDs' category, and
+    // the gateway through `kubectl port-forward` (the kubelet's streaming).
+    let resources = node
+        .plane
+        .kubectl(&["api-resources", "--categories=flexinfer", "-o", "name"])
+        .expect("api-resources");
+    assert!(resources.contains("models.ai.flexinfer"), "{resources}");
+    let port = free_port();
+    let mut forward = node
+        .kubectl_command()
+        .args([
+            "-n",
+            namespace,
+            "port-forward",
+            "svc/flexinfer-proxy",
+            &format!("{port}:80"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl port-forward");
+    let client = crate::support::client();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        match client
+            .get(format!("http://127.0.0.1:{port}/v1/models"))
+            .send()
+            .await
+        {
+            Ok(r) if r.status() == 200 => break r.text().await.unwrap_or_default(),
+            other => {
+                assert!(Instant::now() < deadline, "port-forward: {other:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(listed.contains("smollm"), "{listed}");
+    let resp = client
+        .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+        .json(&serde_json::json!({
+            "model": "smollm",
+            "messages": [{"role": "user", "content": "Say hi"}],
+            "max_tokens": 16
+        }))
+        .send()
+        .await
+        .expect("chat through port-forward");
+    assert_eq!(resp.status(), 200);
+    let _ = forward.kill();
+    let _ = forward.wait();
 }

@@ -144,6 +144,7 @@ pub struct RealNode {
     pub plane: ControlPlane,
     /// Where the images are: `<registry>/flexinfer`.
     pub images: String,
+    plane_bin: PathBuf,
     dir: PathBuf,
     before: HostState,
     processes: Vec<(String, Child)>,
@@ -165,6 +166,7 @@ impl RealNode {
         let mut node = RealNode {
             plane,
             images: parts.images.clone(),
+            plane_bin: parts.plane.clone(),
             dir,
             before,
             processes: Vec::new(),
@@ -205,7 +207,7 @@ impl RealNode {
         let url = format!("http://{}/v2/", self.registry());
         let up = move || {
             Command::new("curl")
-                .args(["-fsS", "-o", "/dev/null", &url])
+                .args(["-fs", "-o", "/dev/null", &url])
                 .status()
                 .is_ok_and(|s| s.success())
         };
@@ -225,6 +227,17 @@ impl RealNode {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// `kubectl` of this control plane as the admin, to run as a process
+    /// of its own (`port-forward`, ...).
+    pub fn kubectl_command(&self) -> Command {
+        let mut cmd = Command::new(self.plane_bin.join("kubectl"));
+        cmd.arg(format!(
+            "--kubeconfig={}",
+            self.plane.admin_kubeconfig.display()
+        ));
+        cmd
     }
 
     /// `host:port` of the registry.
