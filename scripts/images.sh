@@ -25,7 +25,8 @@
 # - The `# syntax=` line of docker/Dockerfile makes BuildKit fetch its
 #   frontend from Docker Hub: the build reads a copy without it (the
 #   daemon's built-in frontend builds the rest as written).
-# - Registry: Debian's docker-registry on 127.0.0.1:5000 (storage in
+# - Registry: Debian's docker-registry on 127.0.0.1:5000
+#   (FLEXINFER_REGISTRY_ADDR to change it; storage in
 #   ~/.cache/flexinfer/registry), running while images are pushed; the
 #   lane starts it again to serve them.
 set -euo pipefail
@@ -34,7 +35,10 @@ ROOT=$PWD
 CACHE="${HOME}/.cache/flexinfer"
 IMAGES="$CACHE/images"
 PROFILE_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/${FLEXINFER_IMAGES_PROFILE:-debug}"
-REGISTRY="${FLEXINFER_IMAGE_REGISTRY:-127.0.0.1:5000}"
+# The registry's host:port. (Not FLEXINFER_IMAGE_REGISTRY: that is this
+# script's output, `<registry>/flexinfer`, and a shell that evaluated a
+# previous run has it set.)
+REGISTRY="${FLEXINFER_REGISTRY_ADDR:-127.0.0.1:5000}"
 TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' helm/flexinfer/Chart.yaml)"
 DOCKER=/usr/bin/docker
 SOCK=/run/flexinfer-docker.sock

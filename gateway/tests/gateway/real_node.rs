@@ -419,6 +419,8 @@ fn pods_of(
         .as_array()
         .into_iter()
         .flatten()
+        // A Job's pod that ran to completion is done, not unready.
+        .filter(|p| p["status"]["phase"] != "Succeeded")
         .map(|p| {
             let ready = p["status"]["conditions"]
                 .as_array()
@@ -577,7 +579,10 @@ async fn the_chart_runs_on_the_real_node_with_its_defaults() {
     node.apply(&format!(
         r#"apiVersion: ai.flexinfer/v1alpha2
 kind: Model
-metadata: {{name: sim-m, namespace: {namespace}}}
+metadata:
+  name: sim-m
+  namespace: {namespace}
+  annotations: {{flexinfer.ai/routing: cache-aware}}
 spec:
   backend: llamacpp
   source: hf://flexinfer/sim-m
@@ -633,6 +638,57 @@ spec:
         "from zero through the ClusterIP in {:.1} s",
         from_zero.elapsed().as_secs_f64()
     );
+    // From a client pod too, by the gateway's Service name.
+    node.apply(&format!(
+        r#"apiVersion: batch/v1
+kind: Job
+metadata: {{name: client, namespace: {namespace}}}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      securityContext: {{runAsNonRoot: true, seccompProfile: {{type: RuntimeDefault}}}}
+      containers:
+      - name: client
+        image: {images}/flexinfer-bench:{tag}
+        args: [load, --url, "http://flexinfer-proxy.{namespace}.svc", --model, sim-m, -c, "1", -n, "2", --warmup, "0", --json]
+        securityContext: {{readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}
+"#,
+        images = node.images
+    ));
+    let done = node.plane.kubectl(&[
+        "wait",
+        "-n",
+        namespace,
+        "job/client",
+        "--for=condition=Complete",
+        "--timeout=90s",
+    ]);
+    assert!(
+        done.is_ok(),
+        "the client pod's requests failed: {done:?}\n{}",
+        node.plane
+            .kubectl(&["logs", "-n", namespace, "job/client"])
+            .unwrap_or_default()
+    );
+    let report: serde_json::Value = serde_json::from_str(
+        &node
+            .plane
+            .kubectl(&["logs", "-n", namespace, "job/client"])
+            .expect("the client's report"),
+    )
+    .expect("the client's report is JSON");
+    let level = &report["levels"][0];
+    assert_eq!(
+        (level["succeeded"].as_u64(), level["failed"].as_u64()),
+        (Some(2), Some(0)),
+        "{report}"
+    );
+    eprintln!(
+        "from a client pod by the Service's name: 2 answers, TTFT p50 {} ms",
+        level["ttft_ms"]["p50"]
+    );
 
     // A gateway pod deleted under traffic: no failed request.
     let victim = node
@@ -675,6 +731,39 @@ spec:
     );
     assert!(failed.is_empty(), "{failed:?}");
     node.wait_rollout(namespace, "deployment/flexinfer-proxy");
+    // The replicas shared what their picks learnt (sim-m is cache-aware):
+    // the prompt blocks each received from the other, merged.
+    let gateway_ips = node
+        .plane
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-l",
+            "app.kubernetes.io/component=gateway",
+            "--field-selector=status.phase=Running",
+            "-o",
+            "jsonpath={.items[*].status.podIP}",
+        ])
+        .expect("gateway pods");
+    let (mut applied, mut sent) = (0.0, 0.0);
+    for ip in gateway_ips.split_whitespace() {
+        let text = match client.get(format!("http://{ip}:9090/metrics")).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        applied += crate::support::metric_value(
+            &text,
+            "flexinfer_proxy_routing_peer_blocks_total{result=\"applied\"}",
+        );
+        sent += crate::support::metric_value(
+            &text,
+            "flexinfer_proxy_routing_peer_batches_total{result=\"sent\"}",
+        );
+    }
+    eprintln!("records exchanged by the replicas: {sent} batches sent, {applied} blocks merged");
+    assert!(applied > 0.0, "no record was exchanged");
 
     // GPU-aware placement on, as docs/quickstart.md §2.6 turns it on: the
     // extender and the second kube-scheduler (its image from the local
@@ -849,6 +938,36 @@ spec:
         "the placed Model's pod was scheduled by {by:?}"
     );
     eprintln!("the placed Model's pod was scheduled by {by:?}");
+
+    // And back to zero once idle (its idleTimeout is 60 s).
+    let idle = Instant::now();
+    let deadline = idle + Duration::from_secs(150);
+    loop {
+        let replicas = node
+            .plane
+            .kubectl(&[
+                "get",
+                "deployment",
+                "sim-m",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ])
+            .unwrap_or_default();
+        if replicas.trim() == "0" {
+            eprintln!(
+                "sim-m back to zero {:.0} s after the checks above",
+                idle.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sim-m still has {replicas} replicas"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 
     // A real engine in a container: llama.cpp's server (an image laid out
     // as the official ones, its entrypoint llama-server) serving SmolLM2

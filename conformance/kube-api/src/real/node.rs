@@ -214,17 +214,26 @@ impl RealNode {
         if up() {
             return;
         }
-        self.spawn(
-            "registry",
-            Path::new("/usr/bin/docker-registry"),
-            &["serve".into(), config.display().to_string()],
-        );
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // The previous lane's registry may still hold the port as it exits:
+        // a registry that could not bind exits at once, and is started again.
+        let args = ["serve".to_owned(), config.display().to_string()];
+        self.spawn("registry", Path::new("/usr/bin/docker-registry"), &args);
+        let deadline = Instant::now() + Duration::from_secs(20);
         while !up() {
-            assert!(
-                Instant::now() < deadline,
-                "the local registry did not start"
-            );
+            let exited = self
+                .processes
+                .iter_mut()
+                .rfind(|(n, _)| n == "registry")
+                .is_some_and(|(_, child)| matches!(child.try_wait(), Ok(Some(_))));
+            if Instant::now() >= deadline {
+                let log = std::fs::read_to_string(self.log("registry")).unwrap_or_default();
+                panic!("the local registry did not start:\n{log}");
+            }
+            if exited {
+                self.processes.retain(|(n, _)| n != "registry");
+                std::thread::sleep(Duration::from_millis(500));
+                self.spawn("registry", Path::new("/usr/bin/docker-registry"), &args);
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
