@@ -15,6 +15,9 @@ command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
 # (flashload/tests/flashload/oci_registry.rs, operator/tests/operator/model_catalog.rs).
 [ -x /usr/bin/docker-registry ] || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
+# nginx in front of the gateway, cutting idle connections as load balancers do
+# (gateway/tests/gateway/held_streams.rs).
+[ -x /usr/sbin/nginx ] || need_pkgs+=(nginx-light)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -19,8 +19,12 @@ use crate::errors::ApiError;
 use crate::flow::{Class, FairQueue, Waiter};
 use crate::kube::backoff::ActivationBackoff;
 
-/// Seconds a client is told to wait after a full queue.
+/// Seconds a client is told to wait after a full queue when no start is
+/// under way with a known duration.
 pub const QUEUE_FULL_RETRY_AFTER: u64 = 5;
+
+/// Longest `Retry-After` a full queue gives, in seconds.
+pub const RETRY_AFTER_CAP: u64 = 300;
 
 /// Whoever starts, stops and reports on models.
 pub trait ModelLifecycle: Send + Sync + 'static {
@@ -109,12 +113,40 @@ struct QueueState {
     capacity: Option<usize>,
     /// Whether the model can serve (unmanaged models always can).
     ready: bool,
+    /// When the start that requests wait for now began.
+    start_began: Option<tokio::time::Instant>,
+    /// How long the model's last start took, from the first request that
+    /// asked for it to Ready: what the next start is expected to take.
+    last_start: Option<Duration>,
 }
 
 impl QueueState {
     fn has_room(&self) -> bool {
         self.capacity.is_none_or(|c| self.in_flight < c)
     }
+
+    /// Time left until the start under way is expected to be done, when
+    /// one is under way and an earlier start was timed.
+    fn start_eta(&self) -> Option<Duration> {
+        let began = self.start_began?;
+        Some(self.last_start?.saturating_sub(began.elapsed()))
+    }
+}
+
+/// Where a waiting request stands, for the progress a held stream is sent
+/// ([`crate::held`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// What it waits for: `starting` (nothing runs yet, e.g. waiting for
+    /// the GPU its group shares), `loading`, `stopping` (a swap: the model
+    /// goes down before it comes back), `retrying` (after a failed start)
+    /// or `queued` (the model serves; a slot is awaited).
+    pub phase: &'static str,
+    /// Requests waiting for the model, this one included.
+    pub waiting: usize,
+    /// Expected time left until the start under way is done (from the
+    /// model's last start), when known.
+    pub eta: Option<Duration>,
 }
 
 /// A slot of a model whose concurrency is bounded, held while the request
@@ -203,6 +235,13 @@ impl ModelQueue {
     fn set_ready(self: &Arc<Self>, ready: bool) {
         let mut st = self.lock();
         st.ready = ready;
+        if ready {
+            if let Some(began) = st.start_began.take() {
+                st.last_start = Some(began.elapsed());
+            }
+        } else if st.start_began.is_none() {
+            st.start_began = Some(tokio::time::Instant::now());
+        }
         self.dispatch(&mut st);
     }
 
@@ -257,6 +296,7 @@ impl ModelQueue {
                         "activation failed; answering the waiting requests"
                     );
                     let told = lifecycle.failure_for_clients(&model, message());
+                    self.lock().start_began = None;
                     self.fail_all(&ApiError::activation_failed(&model, &told))
                 }
                 _ => self.set_ready(false),
@@ -399,6 +439,24 @@ impl ActivationQueues {
         map.get(model).map_or(0, |q| q.len())
     }
 
+    /// Where requests waiting for `model` stand now.
+    pub fn progress(&self, model: &str) -> Progress {
+        let phase = match self.status(model).map(|s| s.borrow().phase) {
+            None | Some(Phase::Ready) => "queued",
+            Some(Phase::Idle) => "starting",
+            Some(Phase::Loading) => "loading",
+            Some(Phase::Stopping) => "stopping",
+            Some(Phase::Failed) => "retrying",
+        };
+        let queue = self.queue(model);
+        let st = queue.lock();
+        Progress {
+            phase,
+            waiting: st.waiting.len(),
+            eta: st.start_eta(),
+        }
+    }
+
     /// Waiting requests and held slots of every model, by class and tenant,
     /// for `/admin/tenants`.
     pub fn report(&self) -> serde_json::Value {
@@ -480,10 +538,13 @@ impl ActivationQueues {
                     permit,
                 });
             }
+            if !ready && st.start_began.is_none() {
+                st.start_began = Some(tokio::time::Instant::now());
+            }
             let evicted = if st.waiting.len() >= self.settings.max_queue {
                 match st.waiting.evict_below(req.who.class) {
                     Some((_, tx)) => Some(tx),
-                    None => return Err(queue_full()),
+                    None => return Err(queue_full(st.start_eta())),
                 }
             } else {
                 None
@@ -492,7 +553,7 @@ impl ActivationQueues {
             (st.waiting.len(), evicted)
         };
         if let Some(tx) = evicted {
-            let _ = tx.send(Err(queue_full()));
+            let _ = tx.send(Err(queue_full(queue.lock().start_eta())));
         }
         let _slot = Slot {
             queues: self,
@@ -539,10 +600,16 @@ impl ActivationQueues {
     }
 }
 
-/// 503 for a full queue, with the time to retry after.
-fn queue_full() -> ApiError {
+/// 503 for a full queue, with the time to retry after: when the model
+/// is starting and its last start was timed, the time that start is
+/// expected to take still (at least 1 s, at most [`RETRY_AFTER_CAP`]),
+/// so that a herd refused together comes back once it can be served, not
+/// all at once while it cannot; else [`QUEUE_FULL_RETRY_AFTER`].
+fn queue_full(eta: Option<Duration>) -> ApiError {
     let mut e = ApiError::queue_full();
-    e.retry_after = Some(QUEUE_FULL_RETRY_AFTER);
+    e.retry_after = Some(eta.map_or(QUEUE_FULL_RETRY_AFTER, |left| {
+        left.as_secs_f64().ceil().clamp(1.0, RETRY_AFTER_CAP as f64) as u64
+    }));
     e
 }
 
@@ -705,6 +772,57 @@ mod tests {
         let failed = waiter.await.unwrap().unwrap_err();
         assert_eq!((failed.status, failed.code), (503, "activation_failed"));
         assert!(failed.message.contains("boom"), "{}", failed.message);
+    }
+
+    /// The progress a held stream is sent, and the `Retry-After` of a full
+    /// queue, come from the model's last start once one was timed.
+    #[tokio::test(start_paused = true)]
+    async fn a_timed_start_gives_progress_its_estimate_and_a_full_queue_its_retry_after() {
+        let l = Manual::new(Phase::Idle);
+        let q = queues(l.clone(), 1, 60_000);
+        let unknown = Progress {
+            phase: "starting",
+            waiting: 0,
+            eta: None,
+        };
+        assert_eq!(q.progress("m"), unknown);
+        let first = {
+            let q = q.clone();
+            tokio::spawn(async move { admit(&q, "m", None).await })
+        };
+        while q.depth("m") < 1 {
+            tokio::task::yield_now().await;
+        }
+        l.tx.send_replace(status(Phase::Loading));
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let p = q.progress("m");
+        assert_eq!((p.phase, p.waiting, p.eta), ("loading", 1, None));
+        l.tx.send_replace(status(Phase::Ready));
+        first.await.unwrap().unwrap();
+        assert_eq!(q.progress("m").phase, "queued");
+
+        // Down again; the next start is expected to take 20 s as well.
+        l.tx.send_replace(status(Phase::Idle));
+        let second = {
+            let q = q.clone();
+            tokio::spawn(async move { admit(&q, "m", None).await })
+        };
+        while q.depth("m") < 1 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(7_500)).await;
+        let p = q.progress("m");
+        assert_eq!(p.eta, Some(Duration::from_millis(12_500)), "{p:?}");
+        let full = admit(&q, "m", None).await.unwrap_err();
+        assert_eq!(full.code, "queue_full");
+        assert_eq!(full.retry_after, Some(13), "the seconds left, rounded up");
+        // Past the estimate: come back in a second, not never.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(q.progress("m").eta, Some(Duration::ZERO));
+        let full = admit(&q, "m", None).await.unwrap_err();
+        assert_eq!(full.retry_after, Some(1));
+        l.tx.send_replace(status(Phase::Ready));
+        second.await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -296,6 +296,17 @@ impl ApiError {
         )
     }
 
+    /// 499 (nginx's code) for a client that went away while its request
+    /// waited; nobody reads it, the log does.
+    pub fn client_gone() -> Self {
+        Self::new(
+            499,
+            "invalid_request_error",
+            "client_closed_request",
+            "the client closed the connection",
+        )
+    }
+
     /// 503 when the activation queue of a model is full.
     pub fn queue_full() -> Self {
         Self::new(

@@ -20,6 +20,7 @@ pub mod file_reloader;
 pub mod flow;
 pub mod global;
 pub mod health_checks;
+pub mod held;
 pub mod http_get;
 pub mod kube;
 pub mod label_groups;

@@ -80,6 +80,11 @@ pub struct Metrics {
     pub tenant_queue_wait: HistogramVec,
     /// Requests refused while waiting for a model, by model and error code.
     pub queue_rejected: IntCounterVec,
+    /// Streaming requests sent their head while held for their model, by
+    /// model and outcome (`served`, `failed`, `client_gone`).
+    pub held_streams: IntCounterVec,
+    /// Progress comments sent to held streams, by model.
+    pub held_comments: IntCounterVec,
     /// Kubernetes mode: activations tried again after a failed scale-up,
     /// by model (`--backoff-enabled`).
     pub activation_retries: IntCounterVec,
@@ -274,6 +279,16 @@ impl Metrics {
                 "flexinfer_proxy_queue_rejected_total",
                 "Requests refused while waiting for their model (queue_full, activation_timeout, activation_failed), or at once for a background request to a model that is not Ready (background_not_ready).",
                 &["model", "reason"],
+            ),
+            held_streams: counter(
+                "flexinfer_proxy_held_streams_total",
+                "Streaming requests that were sent their response head and progress comments while held for their model (cold start, swap, full slots), by outcome: served (the engine's stream followed), failed (an error event ended it), client_gone.",
+                &["model", "outcome"],
+            ),
+            held_comments: counter(
+                "flexinfer_proxy_held_progress_comments_total",
+                "SSE progress comments sent to streaming requests held for their model.",
+                &["model"],
             ),
             activation_retries: counter(
                 "flexinfer_proxy_activation_retries_total",

@@ -61,6 +61,13 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     let side_routes = SideRoutes::new(metrics.clone(), draining.clone());
     let tenants = tenants(cli)?;
     let key_reloader = key_file_reloader(cli, tenants.as_ref(), &metrics);
+    // Tenants' budgets hold for the fleet when the replicas share state.
+    let budgets = tenants.clone().map(|t| {
+        if let Some(peers) = &peers {
+            t.fleet().set_window(peers.flush_interval);
+        }
+        t as Arc<dyn crate::peers::SharedBudgets>
+    });
     let mut gateway = gateway(cli, &mode, limits, side_routes.clone(), &metrics, tenants)?;
     // Every setting is valid: the addresses are claimed before anything
     // is served, and a taken one stops the start here.
@@ -75,8 +82,10 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     };
     let peer_services = match peers {
         Some(settings) => {
-            let (outbox, services) = crate::peers::start(settings, mode.routes.clone(), &metrics);
-            gateway = gateway.with_peers(outbox);
+            let book = gateway.response_book();
+            let (handles, services) =
+                crate::peers::start(settings, mode.routes.clone(), book, budgets, &metrics);
+            gateway = gateway.with_peers(handles);
             services
         }
         None => Vec::new(),
@@ -158,6 +167,8 @@ fn gateway(
         route_debug_header: cli.route_debug_header,
         tenant_cache_salt: cli.tenant_cache_salt,
         tenant_default_max_tokens: cli.tenant_default_max_tokens.max(1),
+        held_progress_interval: Some(cli.held_stream_progress_interval)
+            .filter(|every| !every.is_zero()),
         usage_headers: cli.usage_headers,
         validate_requests: cli.validate_requests,
         max_concurrency_per_endpoint: (cli.max_concurrency_per_endpoint > 0)

@@ -133,6 +133,10 @@ impl Cli {
         });
         if let (Value::Object(all), Value::Object(rest)) = (&mut first, second) {
             all.extend(rest);
+            all.insert(
+                "heldStreamProgressInterval".into(),
+                duration(self.held_stream_progress_interval).into(),
+            );
         }
         first
     }

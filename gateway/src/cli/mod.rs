@@ -499,6 +499,17 @@ pub struct Cli {
     #[arg(long, env = "PROXY_COLD_START_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub cold_start_timeout: Duration,
 
+    /// A streaming request (`stream: true` on chat, completions, Responses
+    /// or Messages) still waiting for its model after this long (a cold
+    /// start, a swap, a full set of slots) is sent its response head, then
+    /// an SSE comment with the phase, the queue and an estimate every as
+    /// long, so that proxies that cut idle connections (often after 60 s)
+    /// keep it; a failure after the head ends the stream with an `error`
+    /// event. Keep it below the shortest idle timeout in front of the
+    /// gateway. 0 turns it off: held streams wait in silence.
+    #[arg(long, env = "PROXY_HELD_STREAM_PROGRESS_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub held_stream_progress_interval: Duration,
+
     /// Try a failed activation again (a failed scale-up in Kubernetes mode,
     /// a local model whose process failed to start), with exponential
     /// backoff and jitter, while its requests wait.
@@ -696,6 +707,7 @@ mod tests {
         let cli = Cli::parse_from(["flexinfer-gateway", "--config", "m.yaml"]);
         assert_eq!(cli.max_queue_size, 100);
         assert_eq!(cli.queue_timeout, Duration::from_secs(60));
+        assert_eq!(cli.held_stream_progress_interval, Duration::from_secs(10));
         assert_eq!(cli.cold_start_timeout, Duration::from_secs(60));
         assert!(!cli.backoff_enabled);
         assert_eq!(cli.backoff_max_retries, 3);

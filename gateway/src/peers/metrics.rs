@@ -28,6 +28,10 @@ pub struct PeerMetrics {
     pub secret_changes: IntCounterVec,
     /// Snapshots by result: `served`, `applied`, `failed`.
     pub snapshots: IntCounterVec,
+    /// Lookups of a stored response's origin asked of the peers, by
+    /// result: `found`, `unknown` (no linked peer knows it), `busy` (too
+    /// many lookups at once: not asked).
+    pub origin_lookups: IntCounterVec,
     /// Peers currently known (resolved and not this replica).
     pub peers: IntGauge,
 }
@@ -56,7 +60,7 @@ impl PeerMetrics {
             ),
             bytes: counter(
                 "flexinfer_proxy_routing_peer_bytes_total",
-                "Body bytes exchanged with gateway replicas, by direction (sent, received) and kind (records, snapshot).",
+                "Body bytes exchanged with gateway replicas, by direction (sent, received) and kind (records, snapshot, budgets).",
                 &["direction", "kind"],
             ),
             batches: counter(
@@ -71,7 +75,7 @@ impl PeerMetrics {
             ),
             rejected: counter(
                 "flexinfer_proxy_routing_peer_rejected_total",
-                "Peer messages refused, by reason: not_found, old_protocol, no_length, too_large, unsigned, stale, bad_signature, wrong_receiver, replayed, self, busy, body_timeout, body_mismatch, unreadable, malformed (requests received); unsigned_answer (answers the sender ignored).",
+                "Peer messages refused, by reason: not_found, old_protocol, no_length, too_large, unsigned, stale, bad_signature, wrong_receiver, replayed, self, busy, no_secret, body_timeout, body_mismatch, unreadable, malformed (requests received); unsigned_answer (answers the sender ignored).",
                 &["reason"],
             ),
             secret_changes: counter(
@@ -82,6 +86,11 @@ impl PeerMetrics {
             snapshots: counter(
                 "flexinfer_proxy_routing_peer_snapshots_total",
                 "Prefix-index snapshots, by result: served, applied, failed.",
+                &["result"],
+            ),
+            origin_lookups: counter(
+                "flexinfer_proxy_routing_peer_origin_lookups_total",
+                "Lookups of where a stored response was created, asked of the peer replicas for an id unknown here, by result: found, unknown, busy (too many at once: not asked).",
                 &["result"],
             ),
             peers,

@@ -29,6 +29,7 @@ pub mod envelope;
 pub mod keyring;
 mod link;
 mod metrics;
+pub mod origins;
 pub mod outbox;
 pub mod receiver;
 pub mod refusal;
@@ -57,6 +58,20 @@ pub const HELLO_PATH: &str = "/peer/v2/hello";
 pub const RECORDS_PATH: &str = "/peer/v2/records";
 /// Path of the snapshot on the peer listener.
 pub const SNAPSHOT_PATH: &str = "/peer/v2/snapshot";
+/// Path of what a replica spent from tenants' budgets in one window.
+pub const BUDGETS_PATH: &str = "/peer/v2/budgets";
+/// Largest budgets body accepted, in bytes.
+pub const MAX_BUDGETS_BYTES: usize = 4 * 1024 * 1024;
+
+/// Tenants' budgets, shared by the replicas ([`crate::tenants::fleet`]).
+pub trait SharedBudgets: Send + Sync {
+    /// A new exchange window begins with `peers` other replicas linked:
+    /// what this replica spent in the last one, encoded; `None` when
+    /// nothing.
+    fn exchange(&self, peers: usize) -> Option<Vec<u8>>;
+    /// Takes what a peer spent (a body [`Self::exchange`] encoded).
+    fn apply(&self, body: &[u8]) -> Result<(), String>;
+}
 
 /// Largest record batch accepted, in bytes.
 pub const MAX_RECORDS_BYTES: usize = 8 * 1024 * 1024;
@@ -105,6 +120,13 @@ pub struct Node {
     seq: AtomicU64,
     /// The sequence numbers received, per sender instance.
     replay: Mutex<ReplayGuard>,
+    /// The peers linked now ([`origins`]).
+    pub directory: origins::Directory,
+    /// Where this replica's stored responses were created, for peers that
+    /// ask ([`origins`]).
+    pub book: Option<Arc<dyn origins::OriginBook>>,
+    /// Tenants' budgets, when the replicas share them.
+    pub budgets: Option<Arc<dyn SharedBudgets>>,
 }
 
 /// What merging some records did, in blocks.
@@ -131,7 +153,22 @@ impl Node {
             metrics,
             seq: AtomicU64::new(0),
             replay: Mutex::new(ReplayGuard::default()),
+            directory: origins::Directory::default(),
+            book: None,
+            budgets: None,
         }
+    }
+
+    /// Shares `budgets` with the peers.
+    pub fn with_budgets(mut self, budgets: Option<Arc<dyn SharedBudgets>>) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    /// Answers peers' origin lookups from `book`.
+    pub fn with_book(mut self, book: Arc<dyn origins::OriginBook>) -> Self {
+        self.book = Some(book);
+        self
     }
 
     /// The sequence number of this instance's next request (from 1).
@@ -244,14 +281,25 @@ pub fn replica_id(base: Option<&str>) -> String {
     format!("{base}-{:016x}", rand::random::<u64>())
 }
 
-/// The request path's outbox and the services (peer listener, sender) of
-/// sharing as `settings` describe it.
+/// What the request path holds of sharing.
+pub struct PeerHandles {
+    /// Where picks are queued for the peers.
+    pub outbox: Arc<Outbox>,
+    /// Asks the peers where a stored response was created.
+    pub origins: Arc<origins::OriginLookup>,
+}
+
+/// The request path's handles and the services (peer listener, sender) of
+/// sharing as `settings` describe it; peers' origin lookups are answered
+/// from `book`, and tenants' `budgets` (when keys have limits) are shared.
 pub fn start(
     settings: PeerSettings,
     registry: Arc<dyn ModelRegistry>,
+    book: Arc<dyn origins::OriginBook>,
+    budgets: Option<Arc<dyn SharedBudgets>>,
     metrics: &crate::metrics::Metrics,
 ) -> (
-    Arc<Outbox>,
+    PeerHandles,
     Vec<Box<dyn pingora_core::services::ServiceWithDependents>>,
 ) {
     use pingora_core::services::background::background_service;
@@ -267,11 +315,14 @@ pub fn start(
         Arc::clone(&keys),
         metrics.secret_changes.clone(),
     );
-    let node = Arc::new(Node::new(
-        settings.id.clone(),
-        keys,
-        registry,
-        metrics.clone(),
+    let node = Arc::new(
+        Node::new(settings.id.clone(), keys, registry, metrics.clone())
+            .with_book(book)
+            .with_budgets(budgets),
+    );
+    let lookup = Arc::new(origins::OriginLookup::new(
+        Arc::clone(&node),
+        settings.timeout,
     ));
     let (outbox, rx) = Outbox::new(settings.queue, &metrics);
     let app = receiver::PeerApp::new(Arc::clone(&node), settings.connections.header_timeout);
@@ -292,7 +343,11 @@ pub fn start(
         Box::new(background_service("routing peers", sender)),
         Box::new(background_service("routing peer secret", secret_watch)),
     ];
-    (Arc::new(outbox), services)
+    let handles = PeerHandles {
+        outbox: Arc::new(outbox),
+        origins: lookup,
+    };
+    (handles, services)
 }
 
 /// Sharing as the command line sets it: `None` when no peer is named.

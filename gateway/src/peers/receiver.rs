@@ -23,10 +23,14 @@ use pingora_core::protocols::http::ServerSession;
 use pingora_http::RequestHeader;
 
 use super::envelope::{SignedRequest, Verified};
+use super::origins::{MAX_ID_BYTES, ORIGIN_PATH};
 use super::refusal::Refusal;
 use super::replay::Rejected;
 use super::signature::{now_ms, sha256};
-use super::{answer, codec, Node, HELLO_PATH, MAX_RECORDS_BYTES, RECORDS_PATH, SNAPSHOT_PATH};
+use super::{
+    answer, codec, Node, BUDGETS_PATH, HELLO_PATH, MAX_BUDGETS_BYTES, MAX_RECORDS_BYTES,
+    RECORDS_PATH, SNAPSHOT_PATH,
+};
 
 /// The paths served, with the body each allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +38,8 @@ enum Route {
     Hello,
     Records,
     Snapshot,
+    Origin,
+    Budgets,
 }
 
 impl Route {
@@ -42,6 +48,8 @@ impl Route {
             ("GET", HELLO_PATH) => Ok(Route::Hello),
             ("POST", RECORDS_PATH) => Ok(Route::Records),
             ("GET", SNAPSHOT_PATH) => Ok(Route::Snapshot),
+            ("POST", ORIGIN_PATH) => Ok(Route::Origin),
+            ("POST", BUDGETS_PATH) => Ok(Route::Budgets),
             (_, path) if path.starts_with("/peer/v1/") => Err(Refusal::OldProtocol),
             _ => Err(Refusal::NotFound),
         }
@@ -50,6 +58,8 @@ impl Route {
     fn max_body(self) -> u64 {
         match self {
             Route::Records => MAX_RECORDS_BYTES as u64,
+            Route::Origin => MAX_ID_BYTES as u64,
+            Route::Budgets => MAX_BUDGETS_BYTES as u64,
             Route::Hello | Route::Snapshot => 0,
         }
     }
@@ -97,6 +107,22 @@ impl PeerApp {
         match route {
             Route::Hello => {}
             Route::Snapshot => return Ok(self.snapshot(&verified)),
+            Route::Origin => return Ok(self.origin(&body, &verified)),
+            Route::Budgets => {
+                let applied = match &self.node.budgets {
+                    Some(budgets) => budgets.apply(&body),
+                    // Keys without limits here: nothing to take.
+                    None => Ok(()),
+                };
+                applied.map_err(|e| {
+                    tracing::debug!(error = %e, sender = %signed.envelope.sender, "malformed peer budgets");
+                    (Refusal::Malformed, Some(verified.clone()))
+                })?;
+                metrics
+                    .bytes
+                    .with_label_values(&["received", "budgets"])
+                    .inc_by(body.len() as u64);
+            }
             Route::Records => {
                 let models = codec::decode(&body).map_err(|e| {
                     tracing::debug!(error = %e, sender = %signed.envelope.sender, "malformed peer records");
@@ -128,8 +154,14 @@ impl PeerApp {
         let get = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
         let signed = SignedRequest::parse(get, length).map_err(|r| (r, None))?;
         let now = now_ms();
+        let keys = self.node.keys.keys();
+        if keys.is_empty() {
+            // Not a bad signature: a replica that loaded the secret first
+            // (the one that generated it) reaches one that has not yet.
+            return Err((Refusal::NoSecret, None));
+        }
         let verified = signed
-            .verify(&self.node.keys.keys(), (method, path), now)
+            .verify(&keys, (method, path), now)
             .map_err(|r| (r, None))?;
         let signed_refusal = |r: Refusal| (r, Some(verified.clone()));
         let envelope = &signed.envelope;
@@ -191,6 +223,24 @@ impl PeerApp {
             .with_label_values(&["sent", "snapshot"])
             .inc_by(body.len() as u64);
         self.reply(200, "application/octet-stream", body, Some(request))
+    }
+
+    /// Where the response the body names was created: `200` with its
+    /// origin, `404` when this replica does not know it.
+    fn origin(&self, body: &[u8], request: &Verified) -> Response<Vec<u8>> {
+        self.node
+            .metrics
+            .received
+            .with_label_values(&["accepted"])
+            .inc();
+        let known = std::str::from_utf8(body)
+            .ok()
+            .and_then(|id| self.node.book.as_ref()?.local_origin(id))
+            .and_then(|origin| serde_json::to_vec(&origin).ok());
+        match known {
+            Some(json) => self.reply(200, "application/json", json, Some(request)),
+            None => self.reply(404, "application/json", b"{}".to_vec(), Some(request)),
+        }
     }
 
     /// Answers `refusal`, signed when the request's signature verified. A
@@ -262,7 +312,9 @@ fn declared_length(req: &RequestHeader, route: Route) -> Result<u64, Refusal> {
     }
     let mut values = req.headers.get_all(http::header::CONTENT_LENGTH).iter();
     let length = match (values.next(), values.next()) {
-        (None, _) if route == Route::Records => return Err(Refusal::LengthRequired),
+        (None, _) if matches!(route, Route::Records | Route::Origin | Route::Budgets) => {
+            return Err(Refusal::LengthRequired)
+        }
         (None, _) => 0,
         (Some(value), None) => value
             .to_str()
@@ -426,11 +478,69 @@ mod tests {
         );
     }
 
+    /// A book that knows one response.
+    struct OneResponse;
+
+    impl crate::peers::origins::OriginBook for OneResponse {
+        fn local_origin(&self, id: &str) -> Option<crate::peers::origins::SharedOrigin> {
+            (id == "resp_1").then(|| crate::peers::origins::SharedOrigin {
+                model: "m".into(),
+                addr: "10.0.0.7:8000".parse().unwrap(),
+                owner: Some("a".into()),
+            })
+        }
+    }
+
+    #[test]
+    fn origin_lookups_are_signed_bounded_and_answered_from_the_book() {
+        let metrics = PeerMetrics::new(&prometheus::Registry::new());
+        let keys = Arc::new(Keyring::new(Some(SECRET), Duration::ZERO));
+        let node = Node::new("b-1".into(), keys, Arc::new(NoModels), metrics)
+            .with_book(Arc::new(OneResponse));
+        let app = PeerApp::new(Arc::new(node), Duration::from_secs(1));
+        let key = KeySet::from_keys(vec![Key::new(SECRET)]);
+        let ask = |seq: u64, id: &[u8]| {
+            let signed = SignedRequest::new(&key, ("POST", ORIGIN_PATH), ("a-1", "b-1"), seq, id);
+            let (route, _, verified) = app
+                .check_head(&header_of("POST", ORIGIN_PATH, &signed))
+                .map_err(|(r, _)| r)
+                .unwrap();
+            assert_eq!(route, Route::Origin);
+            app.origin(id, &verified)
+        };
+        let known = ask(1, b"resp_1");
+        assert_eq!(known.status(), 200);
+        let origin: serde_json::Value = serde_json::from_slice(known.body()).unwrap();
+        assert_eq!(
+            origin,
+            serde_json::json!({"model": "m", "addr": "10.0.0.7:8000", "owner": "a"})
+        );
+        assert!(known
+            .headers()
+            .contains_key(crate::peers::signature::PEER_SIGNATURE_HEADER));
+        assert_eq!(ask(2, b"resp_2").status(), 404);
+        // Unsigned, too long or without a length: refused before the body.
+        let unsigned = request("POST", ORIGIN_PATH, &[("content-length", "6")]);
+        assert_eq!(check(&app, &unsigned), Err(Refusal::Unsigned));
+        let long = vec![b'x'; MAX_ID_BYTES + 1];
+        let signed = SignedRequest::new(&key, ("POST", ORIGIN_PATH), ("a-1", "b-1"), 3, &long);
+        assert_eq!(
+            check(&app, &header_of("POST", ORIGIN_PATH, &signed)),
+            Err(Refusal::TooLarge)
+        );
+        assert_eq!(
+            declared_length(&request("POST", ORIGIN_PATH, &[]), Route::Origin),
+            Err(Refusal::LengthRequired)
+        );
+    }
+
     #[test]
     fn routes_and_old_paths() {
         assert_eq!(Route::of("GET", HELLO_PATH), Ok(Route::Hello));
         assert_eq!(Route::of("POST", RECORDS_PATH), Ok(Route::Records));
         assert_eq!(Route::of("GET", SNAPSHOT_PATH), Ok(Route::Snapshot));
+        assert_eq!(Route::of("POST", ORIGIN_PATH), Ok(Route::Origin));
+        assert_eq!(Route::of("GET", ORIGIN_PATH), Err(Refusal::NotFound));
         assert_eq!(Route::of("GET", RECORDS_PATH), Err(Refusal::NotFound));
         assert_eq!(
             Route::of("POST", "/peer/v1/records"),

@@ -28,6 +28,9 @@ pub enum Refusal {
     Myself,
     /// Too many sender instances are remembered to take a new one.
     Busy,
+    /// This replica has not loaded the shared secret yet (it starts, or
+    /// its Secret is not filled yet): nothing can be checked.
+    NoSecret,
     /// The body did not arrive within the deadline.
     BodyTimeout,
     /// The body is not the one signed (length or hash).
@@ -40,7 +43,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every reason, for tests and documentation.
-    pub const ALL: [Refusal; 15] = [
+    pub const ALL: [Refusal; 16] = [
         Refusal::NotFound,
         Refusal::OldProtocol,
         Refusal::LengthRequired,
@@ -52,6 +55,7 @@ impl Refusal {
         Refusal::Replayed,
         Refusal::Myself,
         Refusal::Busy,
+        Refusal::NoSecret,
         Refusal::BodyTimeout,
         Refusal::BodyMismatch,
         Refusal::Unreadable,
@@ -72,6 +76,7 @@ impl Refusal {
             Refusal::Replayed => "replayed",
             Refusal::Myself => "self",
             Refusal::Busy => "busy",
+            Refusal::NoSecret => "no_secret",
             Refusal::BodyTimeout => "body_timeout",
             Refusal::BodyMismatch => "body_mismatch",
             Refusal::Unreadable => "unreadable",
@@ -90,7 +95,7 @@ impl Refusal {
             | Refusal::WrongReceiver
             | Refusal::Replayed => "unauthorized",
             Refusal::Myself => "self",
-            Refusal::Busy => "busy",
+            Refusal::Busy | Refusal::NoSecret => "busy",
             Refusal::LengthRequired
             | Refusal::TooLarge
             | Refusal::BodyTimeout
@@ -168,6 +173,12 @@ impl Refusal {
                 "service_unavailable_error",
                 "peer_senders_full",
                 "Too many peer instances remembered, please retry",
+            ),
+            Refusal::NoSecret => (
+                503,
+                "service_unavailable_error",
+                "peer_secret_not_loaded",
+                "This replica has not loaded the shared secret yet, please retry",
             ),
             Refusal::BodyTimeout => (
                 408,

@@ -27,7 +27,8 @@ use super::link::{self, Answer};
 use super::outbox::{Batch, Record};
 use super::signature::{now_ms, sha256, Envelope};
 use super::{
-    codec, Node, PeerSettings, HELLO_PATH, MAX_SNAPSHOT_BYTES, RECORDS_PATH, SNAPSHOT_PATH,
+    codec, Node, PeerSettings, BUDGETS_PATH, HELLO_PATH, MAX_SNAPSHOT_BYTES, RECORDS_PATH,
+    SNAPSHOT_PATH,
 };
 
 /// Batches queued per peer before new ones are skipped for it.
@@ -61,11 +62,27 @@ impl Sender {
     }
 }
 
-/// A batch body and its SHA-256, computed once for every peer.
+/// A batch body and its SHA-256, computed once for every peer, and the
+/// path it is posted to.
 #[derive(Clone)]
 struct Body {
+    path: &'static str,
     bytes: Bytes,
     sha256: [u8; 32],
+}
+
+impl Body {
+    fn new(path: &'static str, bytes: Vec<u8>) -> Self {
+        Body {
+            path,
+            sha256: sha256(&bytes),
+            bytes: Bytes::from(bytes),
+        }
+    }
+
+    fn empty() -> Self {
+        Body::new("", Vec::new())
+    }
 }
 
 /// One peer's link task and queue; the task stops when this is dropped.
@@ -123,6 +140,19 @@ impl BackgroundService for Sender {
                     self.node.metrics.peers.set(links.len() as i64);
                 }
                 _ = flush.tick() => {
+                    if let Some(budgets) = &self.node.budgets {
+                        // A new exchange window: what this replica spent
+                        // from tenants' budgets goes to every peer.
+                        let linked = self.node.directory.peers().len();
+                        if let Some(spent) = budgets.exchange(linked) {
+                            let body = Body::new(BUDGETS_PATH, spent);
+                            for link in links.values() {
+                                if link.tx.try_send(body.clone()).is_err() {
+                                    self.node.metrics.batches.with_label_values(&["skipped"]).inc();
+                                }
+                            }
+                        }
+                    }
                     while batch.blocks() < MAX_BATCH_BLOCKS {
                         match outbox.try_recv() {
                             Ok(record) => batch.push(record),
@@ -133,10 +163,7 @@ impl BackgroundService for Sender {
                         continue;
                     }
                     let (body, _) = codec::encode(&batch.take());
-                    let body = Body {
-                        sha256: sha256(&body),
-                        bytes: Bytes::from(body),
-                    };
+                    let body = Body::new(RECORDS_PATH, body);
                     let batches = &self.node.metrics.batches;
                     for link in links.values() {
                         if link.tx.try_send(body.clone()).is_err() {
@@ -180,7 +207,8 @@ enum Outcome {
     Failed,
 }
 
-/// One peer as its link sees it.
+/// One peer as its link sees it; it leaves the directory of linked peers
+/// ([`super::origins::Directory`]) with its link.
 struct Peer {
     node: Arc<Node>,
     connector: Arc<Connector>,
@@ -190,6 +218,12 @@ struct Peer {
     receiver: String,
     /// Whether an answer like an older release's was logged already.
     told_old: bool,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.node.directory.unlinked(self.addr);
+    }
 }
 
 /// One peer: says hello and pulls its snapshot, then posts the batches
@@ -248,8 +282,12 @@ async fn run_link(
                 let _ = selves.send(peer.addr);
                 return;
             }
-            Outcome::Relink => need_link = true,
+            Outcome::Relink => {
+                peer.node.directory.unlinked(peer.addr);
+                need_link = true;
+            }
             Outcome::Failed => {
+                peer.node.directory.unlinked(peer.addr);
                 need_link = true;
                 resume_at = Some(Instant::now() + backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -354,17 +392,16 @@ impl Peer {
 
     /// Learns which instance the peer is now.
     async fn hello(&mut self) -> Outcome {
-        let empty = Body {
-            bytes: Bytes::new(),
-            sha256: sha256(b""),
-        };
+        let empty = Body::empty();
         self.receiver.clear();
+        self.node.directory.unlinked(self.addr);
         match self
             .exchange(("GET", HELLO_PATH), empty, self.timeout, 4096)
             .await
         {
             Some((_, responder, _)) if responder == self.node.id => Outcome::Itself,
             Some((200, responder, _)) => {
+                self.node.directory.linked(self.addr, &responder);
                 self.receiver = responder;
                 Outcome::Ok
             }
@@ -379,17 +416,20 @@ impl Peer {
     /// Posts one batch.
     async fn post(&mut self, body: Body) -> Outcome {
         let len = body.bytes.len() as u64;
+        let path = body.path;
+        let kind = if path == BUDGETS_PATH {
+            "budgets"
+        } else {
+            "records"
+        };
         let answer = self
-            .exchange(("POST", RECORDS_PATH), body, self.timeout, 4096)
+            .exchange(("POST", path), body, self.timeout, 4096)
             .await;
         let metrics = &self.node.metrics;
         let outcome = match answer {
             Some((_, responder, _)) if responder == self.node.id => Outcome::Itself,
             Some((204, _, _)) => {
-                metrics
-                    .bytes
-                    .with_label_values(&["sent", "records"])
-                    .inc_by(len);
+                metrics.bytes.with_label_values(&["sent", kind]).inc_by(len);
                 metrics.batches.with_label_values(&["sent"]).inc();
                 return Outcome::Ok;
             }
@@ -415,10 +455,7 @@ impl Peer {
     async fn pull_snapshot(&mut self) -> Outcome {
         let snapshots = self.node.metrics.snapshots.clone();
         for attempt in 0..=SNAPSHOT_RETRIES {
-            let empty = Body {
-                bytes: Bytes::new(),
-                sha256: sha256(b""),
-            };
+            let empty = Body::empty();
             // A snapshot may be large: allow it more time than a batch.
             let answer = self
                 .exchange(

@@ -54,6 +54,12 @@ pub struct RequestCtx {
     pub(super) pinned: Option<SocketAddr>,
     /// Responses API: what the answer is watched for (a created or deleted id).
     pub(super) response_watch: Option<Box<Watch>>,
+    /// A held stream's head went out while it waited ([`crate::held`]):
+    /// what follows is written as SSE, errors as `error` events.
+    pub(super) held_head: bool,
+    /// A held stream's engine answered an error status: its body, kept to
+    /// be sent as an `error` event ([`crate::held::upstream_error_event`]).
+    pub(super) held_error: Option<Box<(u16, Vec<u8>)>>,
     _in_progress: InProgress,
 }
 

@@ -26,6 +26,7 @@ mod context;
 mod dispatch;
 mod failover;
 mod headers;
+mod hold;
 mod isolation;
 mod listing;
 mod metering;
@@ -52,7 +53,7 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 
 pub use context::{requests_in_progress, RequestCtx};
-pub use headers::{CLUSTER_HEADER, ROUTE_HEADER};
+pub use headers::{CLUSTER_HEADER, REQUEST_ID as REQUEST_ID_HEADER, ROUTE_HEADER};
 pub use plan::ForwardPlan;
 pub use settings::{EndpointFailures, ProxySettings, WindowSettings};
 pub use side_routes::{SideAnswer, SideRoutes};
@@ -86,10 +87,13 @@ pub struct Gateway {
     settings: ProxySettings,
     request_ids: RequestIds,
     /// Where each Responses API response was created ([`responses`]).
-    response_ids: responses::ResponseIds,
+    response_ids: Arc<responses::ResponseIds>,
     /// Where cache-aware picks are shared with the other replicas, when
     /// they are ([`crate::peers`]).
     peers: Option<Arc<crate::peers::Outbox>>,
+    /// Where the peers are asked about stored responses not created here
+    /// ([`crate::peers::origins`]).
+    origins: Option<Arc<crate::peers::origins::OriginLookup>>,
 }
 
 impl Gateway {
@@ -113,16 +117,24 @@ impl Gateway {
             side_routes,
             settings,
             request_ids: RequestIds::new(),
-            response_ids: responses::ResponseIds::default(),
+            response_ids: Arc::default(),
             peers: None,
+            origins: None,
         }
     }
 
-    /// Shares what cache-aware picks teach the prefix indexes through
-    /// `outbox`.
-    pub fn with_peers(mut self, outbox: Arc<crate::peers::Outbox>) -> Self {
-        self.peers = Some(outbox);
+    /// Shares what cache-aware picks teach the prefix indexes with the
+    /// peers, and asks them about stored responses created elsewhere.
+    pub fn with_peers(mut self, handles: crate::peers::PeerHandles) -> Self {
+        self.peers = Some(handles.outbox);
+        self.origins = Some(handles.origins);
         self
+    }
+
+    /// Where the stored responses created through this gateway are, for
+    /// the peers to ask ([`crate::peers::origins`]).
+    pub fn response_book(&self) -> Arc<dyn crate::peers::origins::OriginBook> {
+        self.response_ids.clone()
     }
 
     /// Keys that may reach admin routes (and every other route).
@@ -261,6 +273,8 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.upstream_answered = true;
+        ctx.held_error = (ctx.held_head && resp.status.as_u16() >= 400)
+            .then(|| Box::new((resp.status.as_u16(), Vec::new())));
         ctx.stream_timing =
             stream_timing::StreamTiming::of(resp, &self.metrics, ctx.model_label(), ctx.start);
         if let Some(metering) = ctx.plan.as_mut().and_then(|p| p.metering.as_mut()) {
@@ -315,11 +329,14 @@ impl ProxyHttp for Gateway {
 
     fn response_body_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         body: &mut Option<Bytes>,
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<Option<Duration>> {
+        if let Some(held) = ctx.held_error.as_mut() {
+            hold::error_answer_as_event(session, &ctx.request_id, held, body, end_of_stream);
+        }
         if ctx.response_watch.is_some() {
             self.watch_response_body(body, end_of_stream, ctx);
         }

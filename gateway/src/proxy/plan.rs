@@ -27,7 +27,7 @@ use crate::flow::{Class, Waiter};
 use crate::label_groups::{GroupKeys, GroupTicket, LabelGroup};
 use crate::registry::{ModelRoute, Resolved};
 use crate::routing::{self, KeySource, RoutingInputs, Strategy};
-use crate::tenants::{Estimate, Tenant};
+use crate::tenants::{Estimate, Tenant, TokenCharge};
 
 /// Pingora's retry buffer: a body up to this size is sent upstream by
 /// Pingora, in one piece (`request_body_filter`); a larger one by
@@ -171,6 +171,10 @@ fn read_undeclared<'b>(
     }
 }
 
+/// Longest a request waits for the fleet's next exchange windows when this
+/// replica took its share of the current one ([`crate::tenants::fleet`]).
+const FLEET_WINDOW_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Gateway {
     /// `--validate-requests`: a chat, completion or embedding body an
     /// engine would refuse is answered here ([`crate::validation`]).
@@ -203,7 +207,10 @@ impl Gateway {
         });
         let store = isolation::store_route(&req.method, head_path);
         self.check_store_route(&store, head_path, ctx)?;
-        if let Some(follow_up) = self.response_follow_up(req, &store, head.model.as_deref(), ctx)? {
+        if let Some(follow_up) = self
+            .response_follow_up(req, &store, head.model.as_deref(), ctx)
+            .await?
+        {
             // A Responses API follow-up: the model is the response's, and
             // no body names one, so any body streams through.
             head.model = head.model.or(follow_up.model);
@@ -268,7 +275,8 @@ impl Gateway {
             }
         }
         if let (true, Some(view)) = (creates_response, json.as_ref()) {
-            self.continue_response(view, &resolved.route.name, ctx)?;
+            self.continue_response(view, &resolved.route.name, ctx)
+                .await?;
         }
         let req = session.req_header();
         let path = head.forward_path.as_deref().map_or(req.uri.path(), |p| {
@@ -282,6 +290,10 @@ impl Gateway {
         let api = isolation::engine_path(path);
         let completions = matches!(&*api, "/v1/chat/completions" | "/v1/completions");
         let generation = generation_limit_field(&api);
+        let held_progress = crate::held::streams_progress(
+            &api,
+            json.as_ref().is_some_and(|v| v.stream == Some(true)),
+        );
         drop(api);
         let salt = match (json.as_ref(), body.as_ref()) {
             (Some(view), Some(bytes)) => self.cache_salt(path, view, bytes, ctx),
@@ -294,13 +306,15 @@ impl Gateway {
         let mut metering = None;
         let mut default_limit = None;
         if let Some(tenant) = ctx.tenant.clone() {
-            let (m, limit) = self.charge_tenant(
-                tenant,
-                &resolved,
-                json.as_ref(),
-                clamp.as_ref(),
-                generation.is_some(),
-            )?;
+            let (m, limit) = self
+                .charge_tenant(
+                    tenant,
+                    &resolved,
+                    json.as_ref(),
+                    clamp.as_ref(),
+                    generation.is_some(),
+                )
+                .await?;
             metering = Some(m);
             default_limit = limit;
         }
@@ -320,7 +334,9 @@ impl Gateway {
                 .as_ref()
                 .map_or_else(|| Arc::from(""), |t| t.name.clone()),
         };
-        let (resolved, active, permit) = self.admit(resolved, lookup, who).await?;
+        let (resolved, active, permit) = self
+            .admit(session, ctx, resolved, (lookup, who), held_progress)
+            .await?;
         let strategy = self.strategy(&resolved);
         let (routing_key, key_source) =
             self.routing_key(strategy, &session.req_header().headers, json.as_ref());
@@ -431,7 +447,7 @@ impl Gateway {
     /// limit is charged the default one, lowered to what the budget holds,
     /// and that limit is returned to be set in the body: the engine then
     /// generates no more than was charged.
-    fn charge_tenant(
+    async fn charge_tenant(
         &self,
         tenant: Arc<Tenant>,
         resolved: &Resolved,
@@ -467,7 +483,8 @@ impl Gateway {
             prompt,
             output: output.saturating_mul(sequences),
         };
-        let charge = tenant.admit(model, estimate).inspect_err(|e| {
+        let charge = self.admit_tenant(&tenant, model, estimate).await;
+        let charge = charge.inspect_err(|e| {
             let scope = if e.message.contains(" tokens") {
                 "tenant_tokens"
             } else {
@@ -482,6 +499,35 @@ impl Gateway {
             Box::new(Metering::new(tenant, Some(charge), prompt)),
             default_limit,
         ))
+    }
+
+    /// Charges the tenant's budgets. A charge refused only because this
+    /// replica took its share of the fleet's exchange window waits for
+    /// the next windows (up to [`FLEET_WINDOW_WAIT`]) rather than failing:
+    /// the tenant has budget left.
+    async fn admit_tenant(
+        &self,
+        tenant: &Tenant,
+        model: &str,
+        estimate: Estimate,
+    ) -> Result<TokenCharge, ApiError> {
+        let window = self
+            .tenants
+            .as_ref()
+            .map_or(FLEET_WINDOW_WAIT, |t| t.fleet().window());
+        let deadline = std::time::Instant::now() + FLEET_WINDOW_WAIT;
+        loop {
+            match tenant.admit(model, estimate) {
+                Err(mut e) if e.code == crate::tenants::NEXT_WINDOW => {
+                    if std::time::Instant::now() + window > deadline {
+                        e.code = "rate_limit_exceeded";
+                        return Err(e);
+                    }
+                    tokio::time::sleep(window).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The context-window guard: the clamp to apply, or a 413 (counted).
@@ -570,11 +616,16 @@ impl Gateway {
     /// A background request is served only by a Ready model and does not
     /// count as activity (no touch, no active-request guard); it waits for
     /// a slot behind every other class.
+    ///
+    /// A streaming request that waits is sent progress while it does
+    /// (`held_progress`, [`crate::held`]).
     async fn admit(
         &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
         resolved: Resolved,
-        requested: &str,
-        who: Waiter,
+        (requested, who): (&str, Waiter),
+        held_progress: bool,
     ) -> Result<(Resolved, Option<ActiveRequest>, Option<FlowPermit>), ApiError> {
         let Some(queues) = &self.activation else {
             return Ok((resolved, None, None));
@@ -588,7 +639,11 @@ impl Gateway {
             capacity: self.capacity(route),
             who,
         };
-        match queues.admit(request).await {
+        let admission = queues.admit(request);
+        match self
+            .hold(session, ctx, &route.name, held_progress, admission)
+            .await
+        {
             Ok(admitted) => {
                 let active = (!background)
                     .then(|| queues.active_request(&route.name))

@@ -17,6 +17,10 @@ pub(super) async fn reject(
     ctx: &mut RequestCtx,
     err: ApiError,
 ) -> Result<bool> {
+    if ctx.held_head {
+        super::hold::end_held(session, ctx, &err).await?;
+        return Ok(true);
+    }
     // A request body left unread would corrupt the next request on this
     // connection: close it instead.
     if !session.as_mut().is_body_done() {
@@ -83,6 +87,19 @@ pub(super) async fn answer_failure(
             e.etype(),
             ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed
         );
+    if ctx.held_head && !downstream_gone && ctx.response_bytes == 0 && !ctx.is_subrequest {
+        // A held stream whose engine failed before its first byte: the
+        // error as the stream's last event.
+        let err = ctx
+            .error
+            .take()
+            .unwrap_or_else(|| super::upstream::classify_upstream_error(e));
+        let _ = super::hold::end_held(session, ctx, &err).await;
+        return pingora_proxy::FailToProxy {
+            error_code: 0,
+            can_reuse_downstream: false,
+        };
+    }
     if downstream_gone || session.as_downstream().response_written().is_some() {
         return pingora_proxy::FailToProxy {
             error_code: 0,

@@ -15,6 +15,10 @@
 //! With an API-key file, the tenant that created a response is remembered
 //! with it, and only that tenant may follow it up or continue from it:
 //! anyone else is answered as for an unknown id ([`super::isolation`]).
+//!
+//! Replicas that share routing state ([`crate::peers`]) ask each other
+//! about ids they do not know ([`crate::peers::origins`]): a response is
+//! reached, and continued, through any replica, with the same tenant check.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -30,6 +34,7 @@ use super::isolation::StoreRoute;
 use super::Gateway;
 use crate::errors::ApiError;
 use crate::extract::{JsonView, RawJson};
+use crate::peers::origins::SharedOrigin;
 use crate::tenants::Tenant;
 
 /// Response ids remembered; the oldest is forgotten first. An entry costs
@@ -132,6 +137,16 @@ impl ResponseIds {
     }
 }
 
+impl crate::peers::origins::OriginBook for ResponseIds {
+    fn local_origin(&self, id: &str) -> Option<SharedOrigin> {
+        self.origin(id).map(|o| SharedOrigin {
+            model: o.model.to_string(),
+            addr: o.addr,
+            owner: o.owner.as_deref().map(str::to_owned),
+        })
+    }
+}
+
 impl Default for ResponseIds {
     fn default() -> Self {
         Self::new(RESPONSE_IDS_CAPACITY)
@@ -186,7 +201,7 @@ impl Gateway {
     /// endpoint the request is pinned to. An unknown id is a 404 unless the
     /// head names the model; for a tenant of a key file, any id it did not
     /// create is.
-    pub(super) fn response_follow_up(
+    pub(super) async fn response_follow_up(
         &self,
         req: &RequestHeader,
         route: &StoreRoute<'_>,
@@ -197,7 +212,7 @@ impl Gateway {
             return Ok(None);
         };
         let id = id.as_ref();
-        let origin = self.response_ids.origin(id);
+        let origin = self.origin_of(id).await;
         if let Some(tenant) = self.scoped_tenant(ctx) {
             if !origin.as_ref().is_some_and(|o| o.open_to(tenant)) {
                 return Err(response_not_found(id));
@@ -229,7 +244,7 @@ impl Gateway {
     /// endpoint that holds the response when it is the same model's. A
     /// tenant may not name a `conversation` (the gateway cannot tell whose
     /// it is).
-    pub(super) fn continue_response(
+    pub(super) async fn continue_response(
         &self,
         json: &JsonView<'_>,
         model: &str,
@@ -250,7 +265,7 @@ impl Gateway {
             Err(e) if scoped => return Err(e),
             Err(_) => return Ok(()),
         };
-        let origin = self.response_ids.origin(&id);
+        let origin = self.origin_of(&id).await;
         if let Some(tenant) = self.scoped_tenant(ctx) {
             if !origin.as_ref().is_some_and(|o| o.open_to(tenant)) {
                 let mut e = response_not_found(&id);
@@ -262,6 +277,22 @@ impl Gateway {
             ctx.pinned = Some(origin.addr);
         }
         Ok(())
+    }
+
+    /// Where `id` was created: known here, else as a peer replica knows it
+    /// (then remembered here too).
+    async fn origin_of(&self, id: &str) -> Option<Origin> {
+        if let Some(origin) = self.response_ids.origin(id) {
+            return Some(origin);
+        }
+        let shared = self.origins.as_ref()?.find(id).await?;
+        let origin = Origin {
+            model: Arc::from(shared.model),
+            addr: shared.addr,
+            owner: shared.owner.map(Arc::from),
+        };
+        self.response_ids.remember(id, origin.clone());
+        Some(origin)
     }
 
     /// On a successful answer to `POST /v1/responses`, starts watching its

@@ -59,6 +59,10 @@ pub struct ProxySettings {
     /// Output tokens charged (and set as the request's limit) for a
     /// generation request of a tenant with a token budget that sets none.
     pub tenant_default_max_tokens: u64,
+    /// Time between progress comments sent to a streaming request held
+    /// for its model, and before the first with its head
+    /// ([`crate::held`]); off when `None`.
+    pub held_progress_interval: Option<Duration>,
 }
 
 /// The context-window guard of models that declare their window.
@@ -109,6 +113,7 @@ impl Default for ProxySettings {
             tenant_cache_salt: false,
             tenant_default_max_tokens: 4096,
             validate_requests: false,
+            held_progress_interval: Some(crate::held::DEFAULT_INTERVAL),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! with the `usage` the engine reported ([`TokenCharge`]).
 
 mod bucket;
+pub mod fleet;
 pub mod keyfile;
 mod usage;
 
@@ -25,6 +26,7 @@ pub use keyfile::{KeyFile, LimitSpec, Priority, TokenKind};
 pub use usage::{Usage, UsageMeter, UsageStripper};
 
 use crate::errors::ApiError;
+use fleet::FleetView;
 use keyfile::KeyDigest;
 
 /// Name of the tenant of keys given by `--auth-token` / `--auth-token-file`.
@@ -70,14 +72,14 @@ pub struct Limits {
 }
 
 impl Limits {
-    fn new(spec: LimitSpec) -> Self {
+    fn new(spec: LimitSpec, fleet: &Arc<FleetView>) -> Self {
         let requests = spec.requests_per_second.map(|rps| {
             let burst = spec.burst.map_or(rps.ceil().max(1.0), f64::from);
-            Bucket::new(rps, burst)
+            Bucket::shared(rps, burst, fleet.clone())
         });
         let tokens = spec.tokens_per_minute.map(|tpm| {
             let burst = spec.token_burst.unwrap_or(tpm) as f64;
-            Bucket::new(tpm as f64 / 60.0, burst)
+            Bucket::shared(tpm as f64 / 60.0, burst, fleet.clone())
         });
         Self {
             spec,
@@ -150,11 +152,25 @@ fn push_headers(out: &mut RateHeaders, kind: &str, bucket: &Bucket) {
     out.push((reset_name, reset(full_in)));
 }
 
+/// The code of a charge refused only because this replica took its share
+/// of the fleet's exchange window: the request is tried again in the next
+/// window rather than refused ([`fleet`]).
+pub const NEXT_WINDOW: &str = "rate_limit_next_window";
+
 /// The 429 for a refused charge.
 fn refused(kind: &str, tenant: &str, refusal: Refusal, bucket: &Bucket, cost: f64) -> ApiError {
     let mut headers = RateHeaders::new();
     push_headers(&mut headers, kind, bucket);
     let mut err = match refusal {
+        Refusal::NextWindow(wait) => {
+            let mut e = ApiError::rate_limited(wait.as_secs_f64().ceil() as u64);
+            e.code = NEXT_WINDOW;
+            e.message = format!(
+                "Rate limit reached for tenant {tenant} on {kind} on this replica: please retry after {}",
+                reset(wait)
+            );
+            e
+        }
         Refusal::Wait(wait) => {
             let mut e = ApiError::rate_limited(wait.as_secs_f64().ceil() as u64);
             e.message = format!(
@@ -182,11 +198,12 @@ impl Tenant {
         spec: &keyfile::TenantSpec,
         digests: &[KeyDigest],
         previous: Option<&Tenant>,
+        fleet: &Arc<FleetView>,
     ) -> Self {
         // Buckets of unchanged limits carry over a reload.
         let keep = |old: Option<&Arc<Limits>>, spec: LimitSpec| match old {
             Some(old) if old.spec == spec => old.clone(),
-            _ => Arc::new(Limits::new(spec)),
+            _ => Arc::new(Limits::new(spec, fleet)),
         };
         Self {
             name: Arc::from(spec.name.as_str()),
@@ -395,6 +412,8 @@ pub struct Tenants {
     /// Keys from `--auth-token` / `--auth-token-file`: one anonymous tenant.
     anonymous: Vec<KeyDigest>,
     table: ArcSwap<HashMap<KeyDigest, Arc<Tenant>>>,
+    /// The replicas the budgets are shared by ([`fleet`]).
+    fleet: Arc<FleetView>,
 }
 
 impl std::fmt::Debug for Tenants {
@@ -420,6 +439,7 @@ impl Tenants {
             path: path.map(Path::to_path_buf),
             anonymous,
             table: ArcSwap::from_pointee(HashMap::new()),
+            fleet: Arc::default(),
         };
         tenants.reload()?;
         anyhow::ensure!(
@@ -452,7 +472,7 @@ impl Tenants {
                 .iter()
                 .map(|key| keyfile::digest_of(key).map_err(|e| anyhow::anyhow!(e)))
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            let tenant = Arc::new(Tenant::from_spec(spec, &digests, old));
+            let tenant = Arc::new(Tenant::from_spec(spec, &digests, old, &self.fleet));
             for digest in digests {
                 if table.insert(digest, tenant.clone()).is_some() {
                     anyhow::bail!(
@@ -467,6 +487,73 @@ impl Tenants {
         drop(previous);
         self.table.store(Arc::new(table));
         Ok(count)
+    }
+
+    /// The replicas the budgets are shared by.
+    pub fn fleet(&self) -> &Arc<FleetView> {
+        &self.fleet
+    }
+
+    /// Every tenant once (a tenant has one entry per key).
+    fn each_tenant(&self) -> Vec<Arc<Tenant>> {
+        let table = self.table.load();
+        let mut seen = std::collections::HashSet::new();
+        table
+            .values()
+            .filter(|t| seen.insert(Arc::as_ptr(t)))
+            .cloned()
+            .collect()
+    }
+
+    /// What this replica spent from each budget since the last call; a
+    /// new exchange window begins.
+    pub fn next_window(&self) -> Vec<fleet::Spent> {
+        let mut out = Vec::new();
+        for tenant in self.each_tenant() {
+            let scopes = tenant
+                .limits
+                .iter()
+                .map(|l| (None, l))
+                .chain(tenant.model_limits.iter().map(|(m, l)| (Some(m), l)));
+            for (model, limits) in scopes {
+                for (kind, bucket) in [("requests", &limits.requests), ("tokens", &limits.tokens)] {
+                    let Some(bucket) = bucket else { continue };
+                    let amount = bucket.next_window();
+                    if amount != 0.0 {
+                        out.push(fleet::Spent {
+                            tenant: tenant.name.to_string(),
+                            model: model.cloned(),
+                            kind: kind.to_owned(),
+                            amount,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes what a peer replica spent from the same budgets here; budgets
+    /// this replica does not have (another key file) are skipped.
+    pub fn spent_elsewhere(&self, spent: &[fleet::Spent]) {
+        let tenants = self.each_tenant();
+        for s in spent {
+            let Some(tenant) = tenants.iter().find(|t| *t.name == *s.tenant) else {
+                continue;
+            };
+            let limits = match &s.model {
+                None => tenant.limits.as_ref(),
+                Some(model) => tenant.model_limits.get(model),
+            };
+            let bucket = limits.and_then(|l| match s.kind.as_str() {
+                "requests" => l.requests.as_ref(),
+                "tokens" => l.tokens.as_ref(),
+                _ => None,
+            });
+            if let Some(bucket) = bucket.filter(|_| s.amount.is_finite()) {
+                bucket.spent_elsewhere(s.amount);
+            }
+        }
     }
 
     /// The key file, when there is one.

@@ -370,3 +370,118 @@ async fn tenant_cache_salt_keeps_prefix_hits_within_a_tenant() {
     assert_eq!(unsalted, 0);
     assert!(cached_tokens(&gw, ADMIN_KEY, None).await > 0);
 }
+
+/// Stored responses across replicas (two peered replicas, two engines
+/// behind the model, a key file): tenant a reads, lists, cancels,
+/// continues and deletes its response through the replica that did not
+/// create it, each time on the engine that holds it; tenant b gets the
+/// unknown-id answer from both replicas.
+#[tokio::test]
+async fn a_tenants_stored_response_is_reached_through_either_replica() {
+    use reqwest::Method;
+    let sims = [pod("p1", &["m"], &[]), pod("p2", &["m"], &[])];
+    let (_dir, keys) = key_file(TWO_TENANTS);
+    let yaml = format!(
+        "models:\n- name: m\n  endpoints: {}\n",
+        endpoints(&[&sims[0], &sims[1]])
+    );
+    let ports = [support::free_port(), support::free_port()];
+    let args = [
+        "--api-key-file",
+        keys.to_str().unwrap(),
+        "--admin-auth-token",
+        ADMIN_KEY,
+    ];
+    let replicas = crate::peers::peered(&yaml, &ports, &args);
+    // `/metrics` on the proxy port takes an admin key here.
+    let series = |gw: &Gateway, name: &'static str| {
+        let req = client().get(gw.url("/metrics")).bearer_auth(ADMIN_KEY);
+        async move {
+            let text = req.send().await.expect("metrics").text().await.unwrap();
+            support::metric_value(&text, name)
+        }
+    };
+    for gw in &replicas {
+        let linked = "flexinfer_proxy_routing_peer_snapshots_total{result=\"applied\"}";
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while series(gw, linked).await < 1.0 {
+            assert!(std::time::Instant::now() < deadline, "peers never linked");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    let (creator, other) = (&replicas[0], &replicas[1]);
+    let id = create_response(creator, "ka").await;
+    let unknown = format!("resp_{}", "0".repeat(id.len() - 5));
+
+    // Only the engine that stored it knows the id: every answer below
+    // would be the engine's own 404 half of the time without pinning.
+    let path = format!("/v1/responses/{id}");
+    for _ in 0..4 {
+        let (status, body) = send(other, "ka", Method::GET, &path, None, "\u{0}").await;
+        assert_eq!(
+            (status, body["id"].as_str()),
+            (200, Some(id.as_str())),
+            "{body}"
+        );
+    }
+    let items = format!("/v1/responses/{id}/input_items");
+    let (status, body) = send(other, "ka", Method::GET, &items, None, "\u{0}").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.to_string().contains("secret of tenant a"), "{body}");
+    let cancel = format!("/v1/responses/{id}/cancel");
+    let (status, body) = send(other, "ka", Method::POST, &cancel, None, "\u{0}").await;
+    assert_eq!(
+        (status, body["id"].as_str()),
+        (200, Some(id.as_str())),
+        "{body}"
+    );
+    let go_on = json!({"model": "m", "input": "go on", "previous_response_id": id});
+    for _ in 0..2 {
+        let (status, body) = send(
+            other,
+            "ka",
+            Method::POST,
+            "/v1/responses",
+            Some(go_on.clone()),
+            "\u{0}",
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["previous_response_id"], json!(id));
+    }
+
+    // Tenant b: the unknown-id answer from both replicas, for every route.
+    for gw in &replicas {
+        for (method, path, body) in follow_ups(&id) {
+            let path_unknown = path.replace(&id, &unknown).replace(
+                &format!("%{:02X}{}", id.as_bytes()[0], &id[1..]),
+                &format!("%{:02X}{}", unknown.as_bytes()[0], &unknown[1..]),
+            );
+            let body_unknown = body.as_ref().map(|b| {
+                serde_json::from_str(&b.to_string().replace(&id, &unknown)).expect("json")
+            });
+            let on_a = send(gw, "kb", method.clone(), &path, body, &id).await;
+            let on_unknown = send(gw, "kb", method, &path_unknown, body_unknown, &unknown).await;
+            assert_eq!(on_a.0, 404, "{path}: {}", on_a.1);
+            assert_openai_error(&on_a.1, "response_not_found");
+            assert_eq!(
+                on_a, on_unknown,
+                "{path}: a's id and an unknown id answer alike"
+            );
+        }
+    }
+
+    // a deletes it through the other replica; the engine forgets it.
+    let (status, body) = send(other, "ka", Method::DELETE, &path, None, "\u{0}").await;
+    assert_eq!(
+        (status, body["deleted"].as_bool()),
+        (200, Some(true)),
+        "{body}"
+    );
+    let found = series(
+        other,
+        "flexinfer_proxy_routing_peer_origin_lookups_total{result=\"found\"}",
+    )
+    .await;
+    assert_eq!(found, 1.0, "one lookup, then the origin is remembered");
+}
