@@ -11,6 +11,10 @@ use bytes::Bytes;
 use http::HeaderMap;
 use pingora_proxy::Session;
 
+mod admission;
+mod charge;
+mod resolve;
+
 use super::body::{declared_length, read_body};
 use super::body_edits::{BodyEdits, PlannedBody};
 use super::context::RequestCtx;
@@ -170,10 +174,6 @@ fn read_undeclared<'b>(
         }
     }
 }
-
-/// Longest a request waits for the fleet's next exchange windows when this
-/// replica took its share of the current one ([`crate::tenants::fleet`]).
-const FLEET_WINDOW_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Gateway {
     /// `--validate-requests`: a chat, completion or embedding body an
@@ -401,135 +401,6 @@ impl Gateway {
         })
     }
 
-    /// The route of the requested name (a model, alias, adapter, or a
-    /// member of the label group it names), within its model's rate limit.
-    fn resolve(
-        &self,
-        requested: &str,
-        headers: &HeaderMap,
-        json: Option<&JsonView<'_>>,
-        ctx: &mut RequestCtx,
-    ) -> Result<(Resolved, Option<GroupTicket>), ApiError> {
-        let (resolved, ticket) = match self.registry.resolve(requested) {
-            Some(resolved) => (resolved, None),
-            None => {
-                let group = self
-                    .registry
-                    .label_group(requested)
-                    .ok_or_else(|| ApiError::model_not_found(requested))?;
-                let (resolved, ticket) = self.pick_member(&group, headers, json);
-                (resolved, Some(ticket))
-            }
-        };
-        if ctx
-            .tenant
-            .as_ref()
-            .is_some_and(|t| !t.allows(&resolved.route.name))
-        {
-            // Not found, as a model that does not exist: names do not leak.
-            return Err(ApiError::model_not_found(requested));
-        }
-        ctx.model = Some(resolved.route.name.clone());
-        if let Some(limiter) = &resolved.route.limiter {
-            if let Err(wait) = limiter.check() {
-                self.metrics
-                    .rate_limited
-                    .with_label_values(&[&resolved.route.name, "per_model"])
-                    .inc();
-                return Err(ApiError::rate_limited(wait));
-            }
-        }
-        Ok((resolved, ticket))
-    }
-
-    /// Takes the request and its estimated tokens from the tenant's
-    /// budgets for this model. A generation request that sets no output
-    /// limit is charged the default one, lowered to what the budget holds,
-    /// and that limit is returned to be set in the body: the engine then
-    /// generates no more than was charged.
-    async fn charge_tenant(
-        &self,
-        tenant: Arc<Tenant>,
-        resolved: &Resolved,
-        json: Option<&JsonView<'_>>,
-        clamp: Option<&Clamp>,
-        generation: bool,
-    ) -> Result<(Box<Metering>, Option<u64>), ApiError> {
-        let model = &resolved.route.name;
-        if !tenant.has_limits(model) {
-            // Nothing to charge: the prompt is not even looked at.
-            return Ok((Box::new(Metering::new(tenant, None, 0)), None));
-        }
-        let prompt = json.map_or(0, metering::prompt_tokens);
-        let sequences = json.and_then(|v| v.sequences).unwrap_or(1).max(1);
-        let unlimited = json.is_some_and(|v| v.output_limit.is_none() && !is_empty_object(v));
-        let default_limit = (generation && unlimited && clamp.is_none())
-            .then(|| tenant.output_room(model, prompt))
-            .flatten()
-            .map(|room| {
-                (room / sequences)
-                    .min(self.settings.tenant_default_max_tokens)
-                    .max(1)
-            });
-        let output = match clamp {
-            Some(c) => c.to,
-            None => json
-                .and_then(|v| v.output_limit.as_ref())
-                .map(|l| l.value)
-                .or(default_limit)
-                .unwrap_or(0),
-        };
-        let estimate = Estimate {
-            prompt,
-            output: output.saturating_mul(sequences),
-        };
-        let charge = self.admit_tenant(&tenant, model, estimate).await;
-        let charge = charge.inspect_err(|e| {
-            let scope = if e.message.contains(" tokens") {
-                "tenant_tokens"
-            } else {
-                "tenant_requests"
-            };
-            self.metrics
-                .rate_limited
-                .with_label_values(&[model, scope])
-                .inc();
-        })?;
-        Ok((
-            Box::new(Metering::new(tenant, Some(charge), prompt)),
-            default_limit,
-        ))
-    }
-
-    /// Charges the tenant's budgets. A charge refused only because this
-    /// replica took its share of the fleet's exchange window waits for
-    /// the next windows (up to [`FLEET_WINDOW_WAIT`]) rather than failing:
-    /// the tenant has budget left.
-    async fn admit_tenant(
-        &self,
-        tenant: &Tenant,
-        model: &str,
-        estimate: Estimate,
-    ) -> Result<TokenCharge, ApiError> {
-        let window = self
-            .tenants
-            .as_ref()
-            .map_or(FLEET_WINDOW_WAIT, |t| t.fleet().window());
-        let deadline = std::time::Instant::now() + FLEET_WINDOW_WAIT;
-        loop {
-            match tenant.admit(model, estimate) {
-                Err(mut e) if e.code == crate::tenants::NEXT_WINDOW => {
-                    if std::time::Instant::now() + window > deadline {
-                        e.code = "rate_limit_exceeded";
-                        return Err(e);
-                    }
-                    tokio::time::sleep(window).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
     /// The context-window guard: the clamp to apply, or a 413 (counted).
     fn guard_window(
         &self,
@@ -557,145 +428,6 @@ impl Gateway {
                 .inc();
         }
         Ok(clamp)
-    }
-
-    /// The member of `group` a request goes to, under the gateway's
-    /// label-group mode; the routing keys are derived only when the mode
-    /// hashes one.
-    fn pick_member(
-        &self,
-        group: &LabelGroup,
-        headers: &HeaderMap,
-        json: Option<&JsonView<'_>>,
-    ) -> (Resolved, GroupTicket) {
-        let mode = self.settings.label_group_mode;
-        let (mut prefix, mut session) = (None, None);
-        if group.wants_keys(mode) {
-            let document = json
-                .and_then(|v| v.documents)
-                .and_then(routing::document_text);
-            let inputs = json.map_or_else(RoutingInputs::default, |v| RoutingInputs {
-                session_id: v.session_id.as_deref(),
-                cache_key: v.cache_key.as_deref(),
-                prefix: v.prefix.as_deref(),
-                messages: v.messages,
-                prompt: v.prompt,
-                document_context: v.document_context.as_deref().or(document.as_deref()),
-            });
-            if mode.uses_prefix() {
-                prefix =
-                    routing::prefix_key_with_limits(headers, &inputs, &self.settings.key_limits)
-                        .filter(|(_, source)| *source != KeySource::SessionFallback)
-                        .map(|(key, _)| key);
-            }
-            if mode.uses_session() && prefix.is_none() {
-                session = routing::session_key(headers, &inputs).map(|(key, _)| key);
-            }
-        }
-        let keys = GroupKeys {
-            prefix: prefix.as_deref(),
-            session: session.as_deref(),
-        };
-        let pick = group.pick(mode, keys);
-        let strategy = mode.as_str();
-        self.metrics
-            .label_group_decisions
-            .with_label_values(&[group.label(), strategy, pick.outcome.as_str()])
-            .inc();
-        self.metrics
-            .label_group_hits
-            .with_label_values(&[group.label(), strategy, &pick.resolved.route.name])
-            .inc();
-        (pick.resolved, pick.ticket)
-    }
-
-    /// Waits for a managed model to be ready (cold start), and marks the
-    /// request active on it. The route is resolved again after a wait: the
-    /// model's endpoints appeared meanwhile.
-    ///
-    /// A background request is served only by a Ready model and does not
-    /// count as activity (no touch, no active-request guard); it waits for
-    /// a slot behind every other class.
-    ///
-    /// A streaming request that waits is sent progress while it does
-    /// (`held_progress`, [`crate::held`]).
-    async fn admit(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestCtx,
-        resolved: Resolved,
-        (requested, who): (&str, Waiter),
-        held_progress: bool,
-    ) -> Result<(Resolved, Option<ActiveRequest>, Option<FlowPermit>), ApiError> {
-        let Some(queues) = &self.activation else {
-            return Ok((resolved, None, None));
-        };
-        let route = &resolved.route;
-        let background = who.class == Class::Background;
-        let tenant = who.tenant.clone();
-        let request = AdmitRequest {
-            model: &route.name,
-            cold_start: route.cold_start_timeout,
-            capacity: self.capacity(route),
-            who,
-        };
-        let admission = queues.admit(request);
-        match self
-            .hold(session, ctx, &route.name, held_progress, admission)
-            .await
-        {
-            Ok(admitted) => {
-                let active = (!background)
-                    .then(|| queues.active_request(&route.name))
-                    .flatten();
-                if let Admission::Waited(waited) = admitted.admission {
-                    self.metrics
-                        .queue_wait
-                        .with_label_values(&[&route.name])
-                        .observe(waited.as_secs_f64());
-                    if !tenant.is_empty() {
-                        self.metrics
-                            .tenant_queue_wait
-                            .with_label_values(&[&*route.name, &tenant])
-                            .observe(waited.as_secs_f64());
-                    }
-                    let fresh = self.registry.resolve(requested);
-                    return Ok((fresh.unwrap_or(resolved), active, admitted.permit));
-                }
-                Ok((resolved, active, admitted.permit))
-            }
-            Err(e) => {
-                let reason = if background && e.code == "service_unavailable" {
-                    "background_not_ready"
-                } else {
-                    e.code
-                };
-                self.metrics
-                    .queue_rejected
-                    .with_label_values(&[&route.name, reason])
-                    .inc();
-                Err(e)
-            }
-        }
-    }
-
-    /// Requests a model serves at once: its endpoints times the requests
-    /// each may take (the model's `maxConcurrency`, else the gateway's
-    /// `--max-concurrency-per-endpoint`), else what its engines were seen
-    /// to run at most while keeping others waiting (scraped engines of
-    /// `cache-aware` models); unbounded when none of these is known.
-    fn capacity(&self, route: &ModelRoute) -> Option<usize> {
-        if self.settings.cluster_failover {
-            // Member gateways bound their own models' concurrency.
-            return None;
-        }
-        match route
-            .max_concurrency
-            .or(self.settings.max_concurrency_per_endpoint)
-        {
-            Some(n) => Some(n as usize * route.endpoints.len().max(1)),
-            None => route.endpoints.engine_capacity(),
-        }
     }
 
     /// The model's routing strategy, unless routing is switched off. The
@@ -771,14 +503,6 @@ fn generation_limit_field(api_path: &str) -> Option<&'static str> {
         "/v1/responses" => Some("max_output_tokens"),
         _ => None,
     }
-}
-
-/// Whether the body is `{}` (nothing can be inserted before a comma).
-fn is_empty_object(view: &JsonView<'_>) -> bool {
-    matches!(
-        view.model_slot,
-        Some(crate::rewrite::ModelSlot::Absent { empty: true, .. })
-    )
 }
 
 /// The request's path as the engine gets it, without the query string.
