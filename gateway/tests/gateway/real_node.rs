@@ -402,6 +402,25 @@ spec:
     );
 }
 
+/// The pod IPs of the chart's gateway replicas.
+fn gateway_ips(node: &flexinfer_testkube::real::node::RealNode, namespace: &str) -> Vec<String> {
+    node.plane
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-l",
+            "app.kubernetes.io/component=gateway",
+            "-o",
+            "jsonpath={.items[*].status.podIP}",
+        ])
+        .expect("gateway pods")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Every pod of `namespace`: its name, whether Ready, and its containers'
 /// restarts.
 fn pods_of(
@@ -529,21 +548,8 @@ async fn the_chart_runs_on_the_real_node_with_its_defaults() {
     // The two replicas found each other through the headless Service (by
     // DNS) and share: each merged the other's snapshot.
     let client = crate::support::client();
-    let gateway_ips = node
-        .plane
-        .kubectl(&[
-            "get",
-            "pods",
-            "-n",
-            namespace,
-            "-l",
-            "app.kubernetes.io/component=gateway",
-            "-o",
-            "jsonpath={.items[*].status.podIP}",
-        ])
-        .expect("gateway pods");
-    let ips: Vec<String> = gateway_ips.split_whitespace().map(str::to_owned).collect();
-    assert_eq!(ips.len(), 2, "{gateway_ips}");
+    let ips = gateway_ips(&node, namespace);
+    assert_eq!(ips.len(), 2, "{ips:?}");
     for ip in &ips {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -733,22 +739,8 @@ spec:
     node.wait_rollout(namespace, "deployment/flexinfer-proxy");
     // The replicas shared what their picks learnt (sim-m is cache-aware):
     // the prompt blocks each received from the other, merged.
-    let gateway_ips = node
-        .plane
-        .kubectl(&[
-            "get",
-            "pods",
-            "-n",
-            namespace,
-            "-l",
-            "app.kubernetes.io/component=gateway",
-            "--field-selector=status.phase=Running",
-            "-o",
-            "jsonpath={.items[*].status.podIP}",
-        ])
-        .expect("gateway pods");
     let (mut applied, mut sent) = (0.0, 0.0);
-    for ip in gateway_ips.split_whitespace() {
+    for ip in gateway_ips(&node, namespace) {
         let text = match client.get(format!("http://{ip}:9090/metrics")).send().await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
