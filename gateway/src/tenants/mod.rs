@@ -537,8 +537,9 @@ impl Tenants {
     /// this replica does not have (another key file) are skipped.
     pub fn spent_elsewhere(&self, spent: &[fleet::Spent]) {
         let tenants = self.each_tenant();
+        let by_name: HashMap<&str, &Arc<Tenant>> = tenants.iter().map(|t| (&*t.name, t)).collect();
         for s in spent {
-            let Some(tenant) = tenants.iter().find(|t| *t.name == *s.tenant) else {
+            let Some(tenant) = by_name.get(s.tenant.as_str()) else {
                 continue;
             };
             let limits = match &s.model {
@@ -630,6 +631,36 @@ mod tests {
         // Two requests of burst 2 were taken: the third is refused.
         let err = a.admit("llama", Estimate::default()).unwrap_err();
         assert!(err.message.contains("requests"), "{}", err.message);
+    }
+
+    /// Two replicas reading the same key file: what one spent is taken
+    /// from the other's buckets, once.
+    #[test]
+    fn what_one_replica_spent_is_taken_from_the_others_budgets() {
+        let (_f1, here) = tenants(FILE);
+        let (_f2, there) = tenants(FILE);
+        let est = Estimate {
+            prompt: 30,
+            output: 10,
+        };
+        drop(here.identify(b"ka").unwrap().admit("llama", est).unwrap());
+        let spent = here.next_window();
+        let tokens = spent.iter().find(|s| s.kind == "tokens").expect("tokens");
+        assert_eq!((tokens.tenant.as_str(), tokens.amount), ("a", 40.0));
+        assert!(here.next_window().is_empty(), "sent once");
+        there.spent_elsewhere(&spent);
+        assert!(there.next_window().is_empty(), "not sent on");
+        let a = there.identify(b"ka").unwrap();
+        let err = a.admit("llama", est).unwrap_err();
+        assert!(err.message.contains("tokens"), "{}", err.message);
+        // Budgets this replica does not have are skipped.
+        let unknown = fleet::Spent {
+            tenant: "z".into(),
+            model: None,
+            kind: "tokens".into(),
+            amount: 1e9,
+        };
+        there.spent_elsewhere(&[unknown]);
     }
 
     #[test]

@@ -610,5 +610,26 @@ impl Drop for ControlPlane {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // A lane that passed leaves nothing behind (a real node's image
+        // snapshots alone take most of a GiB); a failing one keeps its
+        // logs and state for a look. Never while anything is mounted
+        // below it: removing would reach into the mounted tree.
+        if !std::thread::panicking() && !has_mounts_below(&self.dir) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
+}
+
+/// Whether a file system is mounted at or below `dir` (`/proc/mounts`;
+/// `true` when it cannot be read).
+fn has_mounts_below(dir: &Path) -> bool {
+    let Ok(mounts) = std::fs::read_to_string("/proc/mounts") else {
+        return true;
+    };
+    let dir = dir.to_string_lossy();
+    mounts.lines().any(|line| {
+        line.split_whitespace()
+            .nth(1)
+            .is_some_and(|point| point.starts_with(&*dir))
+    })
 }
