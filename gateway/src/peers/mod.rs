@@ -65,12 +65,12 @@ pub const MAX_BUDGETS_BYTES: usize = 4 * 1024 * 1024;
 
 /// Tenants' budgets, shared by the replicas ([`crate::tenants::fleet`]).
 pub trait SharedBudgets: Send + Sync {
-    /// A new exchange window begins with `peers` other replicas linked:
-    /// what this replica spent in the last one, encoded; `None` when
-    /// nothing.
-    fn exchange(&self, peers: usize) -> Option<Vec<u8>>;
-    /// Takes what a peer spent (a body [`Self::exchange`] encoded).
-    fn apply(&self, body: &[u8]) -> Result<(), String>;
+    /// A new exchange window begins: what this replica spent in the last
+    /// one, encoded, for every peer; `None` when there are no budgets.
+    fn exchange(&self) -> Option<Vec<u8>>;
+    /// Takes what the peer replica `sender` spent (a body
+    /// [`Self::exchange`] encoded).
+    fn apply(&self, sender: &str, body: &[u8]) -> Result<(), String>;
 }
 
 /// Largest record batch accepted, in bytes.

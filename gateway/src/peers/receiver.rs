@@ -110,7 +110,7 @@ impl PeerApp {
             Route::Origin => return Ok(self.origin(&body, &verified)),
             Route::Budgets => {
                 let applied = match &self.node.budgets {
-                    Some(budgets) => budgets.apply(&body),
+                    Some(budgets) => budgets.apply(&signed.envelope.sender, &body),
                     // Keys without limits here: nothing to take.
                     None => Ok(()),
                 };

@@ -143,8 +143,7 @@ impl BackgroundService for Sender {
                     if let Some(budgets) = &self.node.budgets {
                         // A new exchange window: what this replica spent
                         // from tenants' budgets goes to every peer.
-                        let linked = self.node.directory.peers().len();
-                        if let Some(spent) = budgets.exchange(linked) {
+                        if let Some(spent) = budgets.exchange() {
                             let body = Body::new(BUDGETS_PATH, spent);
                             for link in links.values() {
                                 if link.tx.try_send(body.clone()).is_err() {

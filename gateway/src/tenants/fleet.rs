@@ -9,6 +9,7 @@
 //! more than there was; a replica cut off from peers it knew keeps to its
 //! own 1/N share of the bucket ([`super::bucket`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -20,9 +21,16 @@ use serde::{Deserialize, Serialize};
 /// it, the fleet is taken to have shrunk.
 pub const FLEET_MEMORY: Duration = Duration::from_secs(600);
 
+/// Exchange windows without word from a peer (every replica sends one
+/// message a window, empty or not) after which this replica counts itself
+/// cut off from it.
+pub const SILENT_WINDOWS: u32 = 3;
+
 /// What a replica knows of its fleet.
 #[derive(Debug)]
 pub struct FleetView {
+    /// When each peer replica was last heard from.
+    heard: Mutex<HashMap<String, Instant>>,
     /// Replicas linked now, this one included.
     size: AtomicU32,
     /// Replicas the shares are counted in: the most linked recently.
@@ -36,6 +44,7 @@ pub struct FleetView {
 impl Default for FleetView {
     fn default() -> Self {
         Self {
+            heard: Mutex::new(HashMap::new()),
             size: AtomicU32::new(1),
             known: AtomicU32::new(1),
             known_at: Mutex::new(Instant::now()),
@@ -45,6 +54,28 @@ impl Default for FleetView {
 }
 
 impl FleetView {
+    /// The peer replica `peer` was heard from now.
+    pub fn heard_from(&self, peer: &str) {
+        let mut heard = self.heard.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = heard.get_mut(peer) {
+            *at = Instant::now();
+        } else if heard.len() < 1024 {
+            heard.insert(peer.to_owned(), Instant::now());
+        }
+    }
+
+    /// Counts the peers heard from within the last [`SILENT_WINDOWS`]
+    /// windows as linked (a new window begins).
+    pub fn refresh(&self) {
+        let silent = self.window() * SILENT_WINDOWS;
+        let peers = {
+            let mut heard = self.heard.lock().unwrap_or_else(PoisonError::into_inner);
+            heard.retain(|_, at| at.elapsed() < FLEET_MEMORY);
+            heard.values().filter(|at| at.elapsed() < silent).count()
+        };
+        self.linked(peers);
+    }
+
     /// `peers` other replicas are linked now.
     pub fn linked(&self, peers: usize) {
         let size = u32::try_from(peers).unwrap_or(u32::MAX - 1) + 1;
@@ -93,16 +124,19 @@ pub struct Spent {
 }
 
 impl crate::peers::SharedBudgets for super::Tenants {
-    fn exchange(&self, peers: usize) -> Option<Vec<u8>> {
-        self.fleet().linked(peers);
-        let spent = self.next_window();
-        (!spent.is_empty())
-            .then(|| serde_json::to_vec(&spent).ok())
-            .flatten()
+    fn exchange(&self) -> Option<Vec<u8>> {
+        if !self.has_limits() {
+            return None;
+        }
+        self.fleet().refresh();
+        // Sent every window, empty or not: the peers count a replica they
+        // have not heard from in a few windows as cut off.
+        serde_json::to_vec(&self.next_window()).ok()
     }
 
-    fn apply(&self, body: &[u8]) -> Result<(), String> {
+    fn apply(&self, sender: &str, body: &[u8]) -> Result<(), String> {
         let spent: Vec<Spent> = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+        self.fleet().heard_from(sender);
         self.spent_elsewhere(&spent);
         Ok(())
     }
@@ -122,5 +156,19 @@ mod tests {
         assert_eq!((f.known(), f.cut_off()), (3, true));
         f.linked(2);
         assert!(!f.cut_off());
+    }
+
+    #[test]
+    fn peers_silent_for_a_few_windows_are_not_counted() {
+        let f = FleetView::default();
+        f.set_window(Duration::from_millis(5));
+        f.heard_from("b");
+        f.heard_from("c");
+        f.refresh();
+        assert_eq!((f.known(), f.cut_off()), (3, false));
+        std::thread::sleep(Duration::from_millis(20));
+        f.heard_from("b");
+        f.refresh();
+        assert_eq!((f.known(), f.cut_off()), (3, true));
     }
 }

@@ -505,6 +505,13 @@ impl Tenants {
             .collect()
     }
 
+    /// Whether any tenant has a budget.
+    pub fn has_limits(&self) -> bool {
+        self.each_tenant()
+            .iter()
+            .any(|t| t.limits.is_some() || !t.model_limits.is_empty())
+    }
+
     /// What this replica spent from each budget since the last call; a
     /// new exchange window begins.
     pub fn next_window(&self) -> Vec<fleet::Spent> {

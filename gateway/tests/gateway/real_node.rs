@@ -862,6 +862,7 @@ spec:
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    let listed_by = Instant::now() + Duration::from_secs(20);
     node.apply(&format!(
         r#"apiVersion: ai.flexinfer/v1alpha2
 kind: Model
@@ -877,13 +878,21 @@ spec:
 "#,
         images = node.images
     ));
-    let resp = client
-        .post(format!("http://{proxy}/v1/chat/completions"))
-        .json(&chat("placed"))
-        .timeout(Duration::from_secs(150))
-        .send()
-        .await
-        .expect("chat");
+    // The gateway replicas see a new Model through their watches, a
+    // moment after it is created.
+    let resp = loop {
+        let resp = client
+            .post(format!("http://{proxy}/v1/chat/completions"))
+            .json(&chat("placed"))
+            .timeout(Duration::from_secs(150))
+            .send()
+            .await
+            .expect("chat");
+        if resp.status() != 404 || Instant::now() > listed_by {
+            break resp;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let status = resp.status();
     let body = resp.text().await.unwrap_or_default();
     assert_eq!(
