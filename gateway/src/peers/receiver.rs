@@ -535,11 +535,28 @@ mod tests {
     }
 
     #[test]
+    fn a_budgets_message_is_accepted_once_and_needs_a_length() {
+        let app = app("b-1");
+        let key = KeySet::from_keys(vec![Key::new(SECRET)]);
+        let body = br#"[{"tenant":"a","kind":"tokens","amount":500.0}]"#;
+        let signed = SignedRequest::new(&key, ("POST", BUDGETS_PATH), ("a-1", "b-1"), 1, body);
+        let req = header_of("POST", BUDGETS_PATH, &signed);
+        assert_eq!(check(&app, &req), Ok(Route::Budgets));
+        // Replayed, its spending would be taken twice: refused.
+        assert_eq!(check(&app, &req), Err(Refusal::Replayed));
+        assert_eq!(
+            declared_length(&request("POST", BUDGETS_PATH, &[]), Route::Budgets),
+            Err(Refusal::LengthRequired)
+        );
+    }
+
+    #[test]
     fn routes_and_old_paths() {
         assert_eq!(Route::of("GET", HELLO_PATH), Ok(Route::Hello));
         assert_eq!(Route::of("POST", RECORDS_PATH), Ok(Route::Records));
         assert_eq!(Route::of("GET", SNAPSHOT_PATH), Ok(Route::Snapshot));
         assert_eq!(Route::of("POST", ORIGIN_PATH), Ok(Route::Origin));
+        assert_eq!(Route::of("POST", BUDGETS_PATH), Ok(Route::Budgets));
         assert_eq!(Route::of("GET", ORIGIN_PATH), Err(Refusal::NotFound));
         assert_eq!(Route::of("GET", RECORDS_PATH), Err(Refusal::NotFound));
         assert_eq!(

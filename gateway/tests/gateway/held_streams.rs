@@ -375,3 +375,42 @@ async fn a_herd_beyond_the_cap_is_told_when_to_come_back() {
         peak
     );
 }
+
+/// A client that leaves a held stream (after its head and first comment)
+/// gives its place in the queue back at once and is counted; the gateway
+/// writes nothing more to it and keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_a_held_stream_gives_its_place_back() {
+    let gw = Gateway::start_local(
+        &cold_models(&["slow"], "6s"),
+        &["--held-stream-progress-interval", "300ms"],
+    );
+    let body = json!({"model": "slow", "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let resp = support::client()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("head");
+    assert_eq!(resp.status(), 200);
+    let mut chunks = resp.bytes_stream();
+    let first = chunks.next().await.expect("a comment").expect("bytes");
+    assert!(first.starts_with(b": waiting"), "{first:?}");
+    drop(chunks);
+    let gone = "flexinfer_proxy_held_streams_total{model=\"slow\",outcome=\"client_gone\"}";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric_value(&gw.metrics().await, gone) < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the leaving client was not noticed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let waiting = support::admin_model(&gw.admin_models().await, "slow").clone();
+    assert_eq!(waiting["queueDepth"], 0, "{waiting}");
+    // The start goes on for the next request, which is served.
+    let (status, _, text) = read_stream(&gw, "/v1/chat/completions", body).await;
+    assert_eq!(status, 200);
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+}
