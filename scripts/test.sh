@@ -25,6 +25,8 @@ fi
 # if FLEXINFER_REQUIRE_CONTROL_PLANE=1.
 if [ "${FLEXINFER_SKIP_CONTROL_PLANE:-0}" != 1 ]; then
   eval "$(scripts/control-plane.sh)"
+  # The Gateway API's CRDs for that lane's Gateway API tests.
+  eval "$(scripts/gateway-api.sh)"
 fi
 # The real-node lane (gateway/tests/gateway/real_node.rs): Debian's
 # containerd, runc and CNI plugins, CoreDNS and a pause program from their Go

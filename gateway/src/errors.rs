@@ -151,6 +151,16 @@ impl ApiError {
         e
     }
 
+    /// 404 for a request no route of its Gateway matches.
+    pub fn route_not_found(host: &str, path: &str, gateway: &str) -> Self {
+        Self::new(
+            404,
+            "not_found_error",
+            "route_not_found",
+            format!("no route of Gateway {gateway} matches host '{host}' and path '{path}'"),
+        )
+    }
+
     /// 404 for a path the model does not serve through the gateway.
     pub fn path_not_served(model: &str, path: &str) -> Self {
         Self::new(

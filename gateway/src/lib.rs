@@ -18,6 +18,7 @@ pub mod errors;
 pub mod extract;
 pub mod file_reloader;
 pub mod flow;
+pub mod gatewayapi;
 pub mod global;
 pub mod health_checks;
 pub mod held;

@@ -71,7 +71,13 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     let mut gateway = gateway(cli, &mode, limits, side_routes.clone(), &metrics, tenants)?;
     // Every setting is valid: the addresses are claimed before anything
     // is served, and a taken one stops the start here.
-    let listeners = match crate::listeners::reserve(&planned_listeners(cli, peers.as_ref())) {
+    let gateway_ports = gateway_api_listeners(cli, mode.gateway_api.as_deref());
+    if let Some(plane) = &mode.gateway_api {
+        gateway = gateway.with_gateway_api(plane.clone());
+    }
+    let mut planned = planned_listeners(cli, peers.as_ref());
+    planned.extend(gateway_ports.iter().map(|a| Planned::new(a, "Gateway API")));
+    let listeners = match crate::listeners::reserve(&planned) {
         Ok(listeners) => listeners,
         Err(e) => {
             if let Some(stop) = mode.shutdown {
@@ -97,6 +103,9 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     let guarded = GuardedApp::new(proxy, cli.connection_settings(), metrics.clone());
     let mut proxy = Service::new("flexinfer-gateway".to_string(), guarded);
     proxy.add_tcp(&cli.listen);
+    for addr in &gateway_ports {
+        proxy.add_tcp(addr);
+    }
     server.add_service(proxy);
     if let Some(addr) = &cli.metrics_listen {
         let debug_config = serde_json::to_vec_pretty(&cli.debug_config()).unwrap_or_default();
@@ -139,6 +148,18 @@ fn planned_listeners(cli: &Cli, peers: Option<&crate::peers::PeerSettings>) -> V
     );
     planned.extend(peers.map(|p| Planned::new(&p.listen, "routing peers")));
     planned
+}
+
+/// The Gateway API's data-plane addresses: its ports on the proxy's host.
+fn gateway_api_listeners(cli: &Cli, plane: Option<&crate::gatewayapi::DataPlane>) -> Vec<String> {
+    let Some(plane) = plane else {
+        return Vec::new();
+    };
+    let host = cli
+        .listen
+        .rsplit_once(':')
+        .map_or("0.0.0.0", |(host, _)| host);
+    plane.ports.iter().map(|p| format!("{host}:{p}")).collect()
 }
 
 /// The request path over `mode`'s routes and lifecycle.

@@ -47,6 +47,7 @@ import copy
 import glob
 import json
 import os
+import re
 import sys
 
 try:
@@ -169,6 +170,20 @@ def validate_custom_resource(obj: dict, where: str, schemas) -> None:
 
 # ---------------------------------------------------------------------------
 # Built-in kinds
+
+
+def validate_gateway_class(obj: dict, where: str):
+    """The GatewayClass, by the Gateway API's own rules for its fields
+    (its CRD is not part of Kubernetes' schemas; the real-cluster lane
+    creates it against the real CRD)."""
+    check(obj.get("kind") == "GatewayClass", f"{where}: unexpected Gateway API kind {obj.get('kind')}")
+    controller = obj.get("spec", {}).get("controllerName", "")
+    check(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9/\-._~%!$&'()*+,;=:]+", controller or "") is not None
+          and len(controller) <= 253, f"{where}: GatewayClass controllerName {controller!r} is not a domain-prefixed path")
+    check(len(obj.get("spec", {}).get("description", "").encode()) <= 64,
+          f"{where}: GatewayClass description longer than the CRD's 64 bytes")
+    check(set(obj.get("spec", {})) <= {"controllerName", "description", "parametersRef"},
+          f"{where}: GatewayClass spec fields {sorted(obj.get('spec', {}))}")
 
 
 def kube_valid(obj: dict, where: str) -> bool:
@@ -699,7 +714,12 @@ def check_rbac(objects, label, expect):
     gateway = roles.get(("ClusterRole", prefix + "gateway"))
     check((gateway is None) == bool(expect.get("global")), f"{label}: gateway ClusterRole {'rendered' if gateway else 'missing'}")
     if not expect.get("global") and not expect["embedded"]:
-        verbs = {v for _, v in granted("gateway")}
+        # The Gateway API controller writes one thing: its Gateways'
+        # Services, in the release namespace.
+        own = {(r, v) for role in all_roles if role["metadata"]["name"] == prefix + "gateway"
+               and role["kind"] == "Role" and role["metadata"]["namespace"] == NAMESPACE
+               for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+        verbs = {v for r, v in granted("gateway") if (r, v) not in own or r != "services"}
         check(not verbs & {"create", "update", "delete"}, f"{label}: gateway without operator has {verbs}")
     # Writes outside the watched namespaces: none, unless every namespace
     # is watched.
@@ -707,7 +727,11 @@ def check_rbac(objects, label, expect):
         writes = {"create", "update", "patch", "delete"}
         for role in by_kind(objects, "ClusterRole"):
             for rule in role["rules"]:
-                cluster_scoped = set(rule["resources"]) <= {"nodes", "customresourcedefinitions"}
+                # A Gateway API implementation reports on the Gateways,
+                # routes and pools of every namespace: their status only.
+                gateway_status = {"gatewayclasses/status", "gateways/status", "httproutes/status",
+                                  "inferencepools/status"}
+                cluster_scoped = set(rule["resources"]) <= {"nodes", "customresourcedefinitions"} | gateway_status
                 check(cluster_scoped or not writes & set(rule["verbs"]),
                       f"{label}: ClusterRole/{role['metadata']['name']} writes {rule['resources']} in every namespace")
     leases = {role["metadata"]["name"][len(prefix):] for role in all_roles
@@ -858,6 +882,8 @@ def rbac_settings(defaults, values, label, expect):
     gw = v["gateway"]
     if "gateway" in features and gw["peers"]["enabled"] and not gw["global"]["enabled"]:
         features["gateway"] += ["PeerSecret"] + ([] if gw["peers"]["existingSecret"] else ["PeerSecretGenerate"])
+    if "gateway" in features and gw["gatewayApi"]["enabled"] and not gw["global"]["enabled"]:
+        features["gateway"] += ["GatewayApi"]
     watched = None if v["watch"]["allNamespaces"] else (v["watch"]["namespaces"] or [NAMESPACE])
     return {
         "values": label,
@@ -1180,6 +1206,8 @@ def main() -> int:
                 validate_custom_resource(strip(obj), where, schemas)
             elif api_version.startswith("monitoring.coreos.com/"):
                 validate_monitoring(obj, where)
+            elif api_version == "gateway.networking.k8s.io/v1":
+                validate_gateway_class(obj, where)
             else:
                 kube_valid(strip(obj), where)
             check(obj["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "flexinfer",

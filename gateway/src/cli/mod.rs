@@ -561,6 +561,11 @@ pub struct Cli {
     )]
     pub log_level: String,
 
+    /// The Gateway API (Kubernetes mode): GatewayClasses naming this
+    /// gateway's controller, their Gateways, HTTPRoutes and InferencePools.
+    #[command(flatten, next_help_heading = "Gateway API")]
+    pub gateway_api: GatewayApiArgs,
+
     /// Options of the embedded operator's controllers, the same as
     /// flexinfer-operator's; they apply with --embedded-operator only. Last
     /// field: its help heading holds for every argument after it.
@@ -787,5 +792,120 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.contains("exclude each other"), "{e}");
+    }
+}
+
+/// Options of the Gateway API controller (`docs/gateway-api.md`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct GatewayApiArgs {
+    /// Serve the Gateway API in Kubernetes mode: accept GatewayClasses
+    /// whose controllerName is --gateway-api-controller-name, give each of
+    /// their Gateways an address (a Service selecting this gateway's pods),
+    /// route HTTPRoutes to InferencePools (picked by FlexInfer's own
+    /// strategies), Services and Models, and write their status. Needs the
+    /// Gateway API CRDs (v1, standard channel); InferencePool's is optional.
+    #[arg(long = "gateway-api", env = "FLEXINFER_GATEWAY_API", value_parser = BoolishValueParser::new())]
+    pub enabled: bool,
+
+    /// The GatewayClass controllerName this gateway implements.
+    #[arg(long = "gateway-api-controller-name", env = "FLEXINFER_GATEWAY_API_CONTROLLER_NAME", default_value = crate::gatewayapi::CONTROLLER_NAME)]
+    pub controller_name: String,
+
+    /// Data-plane ports, one per Gateway (a range `8180-8187` or a list):
+    /// each Gateway's Service maps its listener ports to the port it was
+    /// given, so the port a request arrives on names its Gateway. Gateways
+    /// beyond the count are `Programmed=False` (NoResources).
+    #[arg(long = "gateway-api-ports", env = "FLEXINFER_GATEWAY_API_PORTS", default_value = "8180-8187", value_parser = parse_ports)]
+    pub ports: PortList,
+
+    /// Labels of this gateway's own pods (`k=v,k=v`), the selector of the
+    /// Services it makes for Gateways, in POD_NAMESPACE. The Helm chart sets it.
+    #[arg(
+        long = "gateway-api-pod-selector",
+        env = "FLEXINFER_GATEWAY_API_POD_SELECTOR",
+        default_value = ""
+    )]
+    pub pod_selector: String,
+}
+
+/// A list of ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortList(pub Vec<u16>);
+
+/// `8090-8097`, `8090,8091` or a mix; at most 64 ports.
+fn parse_ports(s: &str) -> Result<PortList, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let parse = |v: &str| {
+            v.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("{v:?} is not a port (1-65535)"))
+        };
+        let (a, b) = (parse(a)?, parse(b)?);
+        if a > b {
+            return Err(format!("{part}: the range ends before it starts"));
+        }
+        out.extend(a..=b);
+    }
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err("no port given".into());
+    }
+    if out.len() > 64 {
+        return Err(format!("{} ports: at most 64", out.len()));
+    }
+    Ok(PortList(out))
+}
+
+impl GatewayApiArgs {
+    /// The pod selector as labels; `Err` names a malformed pair.
+    pub fn selector(&self) -> Result<std::collections::BTreeMap<String, String>, String> {
+        self.pod_selector
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|pair| {
+                pair.split_once('=')
+                    .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                    .filter(|(k, _)| !k.is_empty())
+                    .ok_or_else(|| {
+                        format!("FLEXINFER_GATEWAY_API_POD_SELECTOR: {pair:?} is not key=value")
+                    })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod gateway_api_tests {
+    use super::*;
+
+    #[test]
+    fn ports_take_ranges_and_lists() {
+        assert_eq!(
+            parse_ports("8090-8092, 9000").unwrap().0,
+            vec![8090, 8091, 8092, 9000]
+        );
+        assert!(parse_ports("9-1").is_err());
+        assert!(parse_ports("0").is_err());
+        assert!(parse_ports("1-100").is_err());
+        let cli = Cli::parse_from(["flexinfer-gateway", "--config", "m.yaml"]);
+        assert!(!cli.gateway_api.enabled);
+        assert_eq!(cli.gateway_api.ports.0.len(), 8);
+        let mut args = cli.gateway_api.clone();
+        args.pod_selector = "app=gw, release=x".into();
+        assert_eq!(args.selector().unwrap().len(), 2);
+        args.pod_selector = "app".into();
+        assert!(args.selector().is_err());
+        let file_mode =
+            Cli::parse_from(["flexinfer-gateway", "--config", "m.yaml", "--gateway-api"]);
+        assert!(file_mode
+            .validate()
+            .unwrap_err()
+            .contains("needs Kubernetes mode"));
     }
 }

@@ -134,6 +134,15 @@ impl Cli {
         if let Err(e) = self.label_group_mode() {
             problems.push(e);
         }
+        if self.gateway_api.enabled && !self.kubernetes {
+            problems.push(
+                "FLEXINFER_GATEWAY_API (--gateway-api) needs Kubernetes mode (--kubernetes)"
+                    .to_string(),
+            );
+        }
+        if let Err(e) = self.gateway_api.selector() {
+            problems.push(e);
+        }
         if problems.is_empty() {
             Ok(())
         } else {

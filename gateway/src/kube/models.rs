@@ -385,7 +385,7 @@ fn max_concurrency(key: &str, annotation: Option<&String>) -> Option<u32> {
 /// The knobs of cache-aware routing from the model's
 /// `flexinfer.ai/cache-aware` annotation; an unusable value keeps the
 /// defaults (and says so).
-fn cache_aware(key: &str, annotation: Option<&String>) -> CacheAwareOptions {
+pub(crate) fn cache_aware(key: &str, annotation: Option<&String>) -> CacheAwareOptions {
     let Some(value) = annotation else {
         return CacheAwareOptions::default();
     };

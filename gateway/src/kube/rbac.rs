@@ -47,6 +47,49 @@ pub const RBAC_RULES: &[RbacRule] = &[
     ("", "services", &["list", "watch"]),
 ];
 
+/// The Gateway API controller's calls ([`crate::gatewayapi`]), granted
+/// cluster-wide with `--gateway-api`: the Gateway API kinds, and the Pods,
+/// Namespaces, Services and EndpointSlices routes depend on, listed and
+/// watched in every namespace; statuses merge-patched.
+pub const GATEWAY_API_CLUSTER_RULES: &[RbacRule] = &[
+    (
+        "gateway.networking.k8s.io",
+        "gatewayclasses",
+        &["list", "watch"],
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "gatewayclasses/status",
+        &["patch"],
+    ),
+    ("gateway.networking.k8s.io", "gateways", &["list", "watch"]),
+    ("gateway.networking.k8s.io", "gateways/status", &["patch"]),
+    (
+        "gateway.networking.k8s.io",
+        "httproutes",
+        &["list", "watch"],
+    ),
+    ("gateway.networking.k8s.io", "httproutes/status", &["patch"]),
+    (
+        "inference.networking.k8s.io",
+        "inferencepools",
+        &["list", "watch"],
+    ),
+    (
+        "inference.networking.k8s.io",
+        "inferencepools/status",
+        &["patch"],
+    ),
+    ("", "pods", &["list", "watch"]),
+    ("", "namespaces", &["list", "watch"]),
+    ("", "services", &["list", "watch"]),
+    ("discovery.k8s.io", "endpointslices", &["list", "watch"]),
+];
+
+/// Each Gateway's Service, applied (server-side: create and patch) and
+/// deleted in the gateway's own namespace ([`crate::gatewayapi::slots`]).
+pub const GATEWAY_API_OWN_RULES: &[RbacRule] = &[("", "services", &["create", "patch", "delete"])];
+
 /// The verbs [`RBAC_RULES`] grants on `resource` of `group`.
 pub fn verbs(group: &str, resource: &str) -> &'static [&'static str] {
     RBAC_RULES
@@ -75,6 +118,16 @@ pub fn grants() -> Vec<Grant> {
         Grant::new(Scope::Own, PEER_SECRET_READ_RULE)
             .when(When::PeerSecret)
             .by_name(),
+    );
+    grants.extend(
+        GATEWAY_API_CLUSTER_RULES
+            .iter()
+            .map(|&rule| Grant::new(Scope::Cluster, rule).when(When::GatewayApi)),
+    );
+    grants.extend(
+        GATEWAY_API_OWN_RULES
+            .iter()
+            .map(|&rule| Grant::new(Scope::Own, rule).when(When::GatewayApi)),
     );
     grants.push(
         Grant::new(Scope::Own, PEER_SECRET_GENERATE_RULE)

@@ -164,7 +164,7 @@ where
     }
 }
 
-fn spawn<K>(
+pub(crate) fn spawn<K>(
     api: Api<K>,
     config: watcher::Config,
     changed: &Arc<Notify>,

@@ -38,7 +38,11 @@ pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
 
 /// Whether `plural` is served under `group_version`; `Err` when the API
 /// server cannot be reached.
-async fn served(client: &Client, group_version: &str, plural: &str) -> anyhow::Result<bool> {
+pub(crate) async fn served(
+    client: &Client,
+    group_version: &str,
+    plural: &str,
+) -> anyhow::Result<bool> {
     match client.list_api_group_resources(group_version).await {
         Ok(list) => Ok(list.resources.iter().any(|r| r.name == plural)),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),

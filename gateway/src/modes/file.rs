@@ -65,5 +65,6 @@ pub fn start(
             }) as Box<dyn FnOnce() + Send>
         }),
         step_down: None,
+        gateway_api: None,
     })
 }

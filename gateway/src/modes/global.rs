@@ -52,6 +52,7 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
         ))],
         shutdown: None,
         step_down: None,
+        gateway_api: None,
     })
 }
 

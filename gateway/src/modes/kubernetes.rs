@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::{Mode, Upstreams};
 use crate::cli::Cli;
 use crate::config::ModelTable;
+use crate::gatewayapi::{DataPlane, GatewayApi};
 use crate::kube::backoff::ActivationBackoff;
 use crate::kube::{EmbeddedControllers, KubeMode, KubeSettings, Scope};
 use crate::metrics::Metrics;
@@ -38,7 +39,39 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
         .embedded_operator
         .is_some()
         .then(|| settings.step_down.clone());
+    let kubeconfig = settings.kubeconfig.clone();
+    let (startup_timeout, resync) = (settings.startup_timeout, settings.resync);
     let kube = KubeMode::start(settings, store.clone())?;
+    let gateway_api = if cli.gateway_api.enabled {
+        let plane = Arc::new(DataPlane::new(cli.gateway_api.ports.0.clone()));
+        let settings = crate::gatewayapi::Settings {
+            controller_name: cli.gateway_api.controller_name.clone(),
+            slots: cli.gateway_api.ports.0.clone(),
+            namespace: cli.pod_namespace.clone(),
+            pod_selector: cli.gateway_api.selector().map_err(anyhow::Error::msg)?,
+        };
+        let started = GatewayApi::start(
+            kubeconfig,
+            settings,
+            plane.clone(),
+            store.clone(),
+            startup_timeout,
+            resync.min(std::time::Duration::from_secs(30)),
+        );
+        match started {
+            Ok(controller) => Some((plane, controller)),
+            Err(e) => {
+                kube.shutdown();
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    let (plane, controller) = match gateway_api {
+        Some((plane, controller)) => (Some(plane), Some(controller)),
+        None => (None, None),
+    };
     Ok(Mode {
         source: "kubernetes".to_string(),
         routes: store.clone(),
@@ -48,8 +81,14 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
         services: super::load_scraper(cli, &store, metrics)
             .into_iter()
             .collect(),
-        shutdown: Some(Box::new(move || kube.shutdown())),
+        shutdown: Some(Box::new(move || {
+            if let Some(controller) = controller {
+                controller.shutdown();
+            }
+            kube.shutdown();
+        })),
         step_down,
+        gateway_api: plane,
     })
 }
 

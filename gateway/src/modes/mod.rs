@@ -48,6 +48,8 @@ pub struct Mode {
     /// Notified at SIGTERM, before the drain: controllers running in the
     /// gateway hand their leadership over at once instead of after it.
     pub step_down: Option<Arc<tokio::sync::Notify>>,
+    /// The Gateway API's data plane, when it is served (`--gateway-api`).
+    pub gateway_api: Option<Arc<crate::gatewayapi::DataPlane>>,
 }
 
 /// What the endpoints of the routes are.

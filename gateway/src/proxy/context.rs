@@ -24,6 +24,9 @@ pub struct RequestCtx {
     pub(super) request_id: Option<Arc<str>>,
     pub(super) start: Option<Instant>,
     pub(super) model: Option<Arc<str>>,
+    /// The model a Gateway API route sends the request to, in place of
+    /// the one it names.
+    pub(super) route_model: Option<Arc<str>>,
     /// The tenant the API key names.
     pub(super) tenant: Option<Arc<Tenant>>,
     /// Timing of a streamed answer.

@@ -94,6 +94,9 @@ pub struct Gateway {
     /// Where the peers are asked about stored responses not created here
     /// ([`crate::peers::origins`]).
     origins: Option<Arc<crate::peers::origins::OriginLookup>>,
+    /// The Gateway API's routes and backends, when it is served
+    /// ([`crate::gatewayapi`]).
+    gateway_api: Option<Arc<crate::gatewayapi::DataPlane>>,
 }
 
 impl Gateway {
@@ -120,6 +123,7 @@ impl Gateway {
             response_ids: Arc::default(),
             peers: None,
             origins: None,
+            gateway_api: None,
         }
     }
 
@@ -135,6 +139,12 @@ impl Gateway {
     /// the peers to ask ([`crate::peers::origins`]).
     pub fn response_book(&self) -> Arc<dyn crate::peers::origins::OriginBook> {
         self.response_ids.clone()
+    }
+
+    /// Serves the Gateway API's routes on their data-plane ports.
+    pub fn with_gateway_api(mut self, plane: Arc<crate::gatewayapi::DataPlane>) -> Self {
+        self.gateway_api = Some(plane);
+        self
     }
 
     /// Keys that may reach admin routes (and every other route).
@@ -208,6 +218,24 @@ impl ProxyHttp for Gateway {
         match self.authenticate(session.req_header()) {
             Ok(tenant) => ctx.tenant = tenant,
             Err(e) => return reject(session, ctx, e).await,
+        }
+        if let Some(routes) = self.gateway_of(session) {
+            // A Gateway's traffic: its routes decide, nothing else.
+            if let Err(e) = self.check_global_limit() {
+                return reject(session, ctx, e).await;
+            }
+            let planned = match self.plan_gateway_route(session, ctx, &routes).await {
+                Ok(plan::GatewayPlan::Forward(plan)) => Ok(plan),
+                Ok(plan::GatewayPlan::Model(model)) => {
+                    ctx.route_model = Some(model);
+                    self.plan(session, ctx).await.map(Box::new)
+                }
+                Err(e) => Err(e),
+            };
+            return match planned {
+                Ok(plan) => self.dispatch(session, ctx, plan).await,
+                Err(e) => reject(session, ctx, e).await,
+            };
         }
         if let Some(done) = self.serve_listing(session, ctx).await? {
             return Ok(done);

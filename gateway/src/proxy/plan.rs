@@ -13,7 +13,10 @@ use pingora_proxy::Session;
 
 mod admission;
 mod charge;
+mod gateway_api;
 mod resolve;
+
+pub(super) use gateway_api::GatewayPlan;
 
 use super::body::{declared_length, read_body};
 use super::body_edits::{BodyEdits, PlannedBody};
@@ -257,7 +260,11 @@ impl Gateway {
                 json.as_ref().and(body.as_ref()),
             )?;
         }
-        let requested = requested_model(head.model, json.as_ref(), form_model.as_deref())?;
+        let requested = match ctx.route_model.take() {
+            // A Gateway API route's `Model` backend: the route names it.
+            Some(model) => model.to_string(),
+            None => requested_model(head.model, json.as_ref(), form_model.as_deref())?,
+        };
         let (resolved, group) = self.resolve(
             &requested,
             &session.req_header().headers,

@@ -8,6 +8,8 @@
 
 #[path = "real_cluster/agent.rs"]
 mod agent;
+#[path = "real_cluster/gateway_api.rs"]
+mod gateway_api;
 #[path = "real_cluster/gitops.rs"]
 mod gitops;
 #[path = "real_cluster/lane.rs"]
@@ -770,6 +772,18 @@ impl Release {
         namespace: &str,
         values: &[&str],
     ) -> Self {
+        Self::install_with_env(plane, release, namespace, values, &[]).await
+    }
+
+    /// [`Release::install`], with env values set over the rendered ones
+    /// (what differs between this machine and a pod: free ports).
+    async fn install_with_env(
+        plane: &ControlPlane,
+        release: &str,
+        namespace: &str,
+        values: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut args = vec![
             "install",
             release,
@@ -791,6 +805,9 @@ impl Release {
             crate::chart_scenarios::lane::Component::of(&gateway, &kubeconfig, log.clone())
                 .expect("a gateway");
         gateway.mount_secrets(&secrets(plane, namespace), plane.dir());
+        for (name, value) in env {
+            gateway.set_env(name, value);
+        }
         gateway.start().await;
         Release {
             namespace: namespace.to_owned(),

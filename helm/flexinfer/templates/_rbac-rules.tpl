@@ -213,6 +213,38 @@ reclaimed are skipped. */}}
   verbs: ["list", "watch"]
 {{- end }}
 
+{{/* The gateway's Gateway API controller (gateway.gatewayApi.enabled):
+exactly GATEWAY_API_CLUSTER_RULES and GATEWAY_API_OWN_RULES of
+gateway/src/kube/rbac.rs. Cluster-wide watches of the kinds routes depend
+on, status merge-patched; each Gateway's Service applied and deleted in the
+release namespace. */}}
+{{- define "flexinfer.rules.gateway.gatewayApi.cluster" -}}
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gatewayclasses", "gateways", "httproutes"]
+  verbs: ["list", "watch"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gatewayclasses/status", "gateways/status", "httproutes/status"]
+  verbs: ["patch"]
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["list", "watch"]
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["pods", "namespaces", "services"]
+  verbs: ["list", "watch"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{- define "flexinfer.rules.gateway.gatewayApi.own" -}}
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create", "patch", "delete"]
+{{- end }}
+
 {{/* The gateway in global mode: exactly the rules of
 gateway/src/global/watch.rs (GLOBAL_RBAC_RULES). It watches its one
 GlobalProxy (a field selector on its name, which resourceNames matches) and

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The Gateway API's CRDs for the Gateway API lane
+# (gateway/tests/gateway/real_cluster/gateway_api.rs): the standard channel
+# of sigs.k8s.io/gateway-api and the InferencePool CRD of
+# sigs.k8s.io/gateway-api-inference-extension, at the versions GAIE's
+# conformance suite v1.6.0 is built against, taken from their Go modules
+# (the module proxy is the one place they can come from here), once, cached.
+#
+# Prints the variable the lane reads, ready for `eval`:
+#   FLEXINFER_GATEWAY_API_CRDS  folder holding the CRD manifests
+#
+# Without Go it prints nothing and exits 0, saying why on stderr (the lane
+# then says it is skipped).
+#
+# Cache: $FLEXINFER_CACHE (default ~/.cache/flexinfer): gateway-api/<versions>/.
+set -euo pipefail
+
+GATEWAY_API_VERSION=v1.6.1
+GAIE_VERSION=v1.6.0
+
+CACHE="${FLEXINFER_CACHE:-$HOME/.cache/flexinfer}"
+OUT="$CACHE/gateway-api/gateway-api-$GATEWAY_API_VERSION-gaie-$GAIE_VERSION"
+CRDS="$OUT/crds"
+
+log() { echo "gateway-api: $*" >&2; }
+
+if ! command -v go >/dev/null 2>&1; then
+  log "no Go toolchain on this machine: the Gateway API CRDs cannot be fetched"
+  exit 0
+fi
+
+if [ ! -f "$CRDS/.complete" ]; then
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  export GOFLAGS="-mod=mod"
+  dir_of() { # module@version
+    (cd "$work" && go mod download -json "$1") |
+      sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+  }
+  gw=$(dir_of "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION")
+  gaie=$(dir_of "sigs.k8s.io/gateway-api-inference-extension@$GAIE_VERSION")
+  if [ -z "$gw" ] || [ -z "$gaie" ]; then
+    log "the Go module proxy did not serve sigs.k8s.io/gateway-api $GATEWAY_API_VERSION or the inference extension $GAIE_VERSION"
+    exit 1
+  fi
+  mkdir -p "$CRDS"
+  for kind in gatewayclasses gateways httproutes grpcroutes referencegrants backendtlspolicies listenersets tlsroutes; do
+    src="$gw/config/crd/standard/gateway.networking.k8s.io_$kind.yaml"
+    if [ -f "$src" ]; then cp "$src" "$CRDS/"; fi
+  done
+  cp "$gaie/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" "$CRDS/"
+  chmod u+w "$CRDS"/*.yaml
+  touch "$CRDS/.complete"
+  log "CRDs of gateway-api $GATEWAY_API_VERSION (standard) and the inference extension $GAIE_VERSION in $CRDS"
+fi
+echo "export FLEXINFER_GATEWAY_API_CRDS=$CRDS"
