@@ -6,8 +6,13 @@
 # conformance suite v1.6.0 is built against, taken from their Go modules
 # (the module proxy is the one place they can come from here), once, cached.
 #
-# Prints the variable the lane reads, ready for `eval`:
+# Also builds the inference extension's light endpoint picker (`lwepp`,
+# v1.6.2, from its Go module: no image can be pulled here), the picker the
+# lane puts FlexInfer's ext_proc client against.
+#
+# Prints the variables the lane reads, ready for `eval`:
 #   FLEXINFER_GATEWAY_API_CRDS  folder holding the CRD manifests
+#   FLEXINFER_LWEPP             the lwepp binary
 #
 # Without Go it prints nothing and exits 0, saying why on stderr (the lane
 # then says it is skipped).
@@ -17,6 +22,9 @@ set -euo pipefail
 
 GATEWAY_API_VERSION=v1.6.1
 GAIE_VERSION=v1.6.0
+# The picker: v1.6.2 fixes full-duplex streaming of the v1.6.0 picker (the
+# v1.6.2 release ships the v1.6.0 suite with it).
+LWEPP_VERSION=v1.6.2
 
 CACHE="${FLEXINFER_CACHE:-$HOME/.cache/flexinfer}"
 OUT="$CACHE/gateway-api/gateway-api-$GATEWAY_API_VERSION-gaie-$GAIE_VERSION"
@@ -29,10 +37,11 @@ if ! command -v go >/dev/null 2>&1; then
   exit 0
 fi
 
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export GOFLAGS="-mod=mod"
+
 if [ ! -f "$CRDS/.complete" ]; then
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  export GOFLAGS="-mod=mod"
   dir_of() { # module@version
     (cd "$work" && go mod download -json "$1") |
       sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
@@ -53,4 +62,21 @@ if [ ! -f "$CRDS/.complete" ]; then
   touch "$CRDS/.complete"
   log "CRDs of gateway-api $GATEWAY_API_VERSION (standard) and the inference extension $GAIE_VERSION in $CRDS"
 fi
+LWEPP="$CACHE/gateway-api/lwepp-$LWEPP_VERSION/lwepp"
+if [ ! -x "$LWEPP" ]; then
+  src=$( (cd "$work" && go mod download -json "sigs.k8s.io/gateway-api-inference-extension@$LWEPP_VERSION") |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  if [ -z "$src" ]; then
+    log "the Go module proxy did not serve the inference extension $LWEPP_VERSION"
+    exit 1
+  fi
+  # The module cache is read-only: build from a copy.
+  cp -r "$src" "$work/src"
+  chmod -R u+w "$work/src"
+  log "building lwepp $LWEPP_VERSION (about a minute the first time)"
+  mkdir -p "$(dirname "$LWEPP")"
+  (cd "$work/src" && GOWORK=off CGO_ENABLED=0 go build -o "$LWEPP.part" ./cmd/lwepp) >&2
+  mv "$LWEPP.part" "$LWEPP"
+fi
 echo "export FLEXINFER_GATEWAY_API_CRDS=$CRDS"
+echo "export FLEXINFER_LWEPP=$LWEPP"

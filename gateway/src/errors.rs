@@ -161,6 +161,23 @@ impl ApiError {
         )
     }
 
+    /// An endpoint picker's own answer to the client (429 to shed load,
+    /// 503 without a ready endpoint, ...), with what it said.
+    pub fn picker_refused(status: u16, message: String) -> Self {
+        let (kind, code) = match status {
+            429 => ("rate_limit_error", "rate_limit_exceeded"),
+            503 => ("service_unavailable_error", "service_unavailable"),
+            400..=499 => ("invalid_request_error", "endpoint_picker_refused"),
+            _ => ("server_error", "endpoint_picker_refused"),
+        };
+        let message = if message.trim().is_empty() {
+            format!("the endpoint picker answered {status}")
+        } else {
+            message
+        };
+        Self::new(status, kind, code, message)
+    }
+
     /// 404 for a path the model does not serve through the gateway.
     pub fn path_not_served(model: &str, path: &str) -> Self {
         Self::new(

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod connections;
+pub mod epp;
 pub mod errors;
 pub mod extract;
 pub mod file_reloader;

@@ -85,6 +85,10 @@ pub struct Metrics {
     pub held_streams: IntCounterVec,
     /// Progress comments sent to held streams, by model.
     pub held_comments: IntCounterVec,
+    /// Gateway API: time an InferencePool's endpoint picker took to pick,
+    /// by pool and outcome (`picked`, `refused`, `failed_open`,
+    /// `failed_closed`).
+    pub picker_seconds: HistogramVec,
     /// Kubernetes mode: activations tried again after a failed scale-up,
     /// by model (`--backoff-enabled`).
     pub activation_retries: IntCounterVec,
@@ -289,6 +293,11 @@ impl Metrics {
                 "flexinfer_proxy_held_progress_comments_total",
                 "SSE progress comments sent to streaming requests held for their model.",
                 &["model"],
+            ),
+            picker_seconds: histogram(
+                "flexinfer_proxy_gateway_api_picker_seconds",
+                "Gateway API: time an InferencePool's endpoint picker took over a request (ext_proc), by pool and outcome: picked, refused (the picker answered the client itself), failed_open (FlexInfer's picker served instead), failed_closed (answered 503).",
+                &["pool", "outcome"],
             ),
             activation_retries: counter(
                 "flexinfer_proxy_activation_retries_total",

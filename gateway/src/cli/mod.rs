@@ -826,6 +826,22 @@ pub struct GatewayApiArgs {
         default_value = ""
     )]
     pub pod_selector: String,
+
+    /// Longest wait for an InferencePool's endpoint picker to pick (and to
+    /// answer the response head); beyond it the pool's failureMode decides:
+    /// FailOpen is served by FlexInfer's own picker, FailClose gets 503.
+    #[arg(long = "gateway-api-picker-timeout", env = "FLEXINFER_GATEWAY_API_PICKER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub picker_timeout: Duration,
+
+    /// Requests in flight through one endpoint picker; more are failed
+    /// over at once, as if it were unreachable, so that a slow picker holds
+    /// no more than this many requests.
+    #[arg(
+        long = "gateway-api-picker-max-in-flight",
+        env = "FLEXINFER_GATEWAY_API_PICKER_MAX_IN_FLIGHT",
+        default_value_t = 1024
+    )]
+    pub picker_max_in_flight: usize,
 }
 
 /// A list of ports.
@@ -862,6 +878,15 @@ fn parse_ports(s: &str) -> Result<PortList, String> {
 }
 
 impl GatewayApiArgs {
+    /// How endpoint pickers are asked.
+    pub fn picker_settings(&self) -> crate::epp::PickerSettings {
+        crate::epp::PickerSettings {
+            timeout: self.picker_timeout.max(Duration::from_millis(1)),
+            max_in_flight: self.picker_max_in_flight.max(1),
+            ..crate::epp::PickerSettings::default()
+        }
+    }
+
     /// The pod selector as labels; `Err` names a malformed pair.
     pub fn selector(&self) -> Result<std::collections::BTreeMap<String, String>, String> {
         self.pod_selector

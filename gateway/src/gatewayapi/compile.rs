@@ -18,7 +18,9 @@ use kube::ResourceExt;
 use super::attach::{self, names_gateway, NotAttached};
 use super::conditions::{conditions, same, Want};
 use super::slots::{self, Slots};
-use super::table::{Entry, GatewayRoutes, Matcher, PathRule, RoutingTable, Target, Weighted};
+use super::table::{
+    Entry, GatewayRoutes, Matcher, PathRule, PickerRoute, RoutingTable, Target, Weighted,
+};
 use super::types::*;
 use crate::config::ModelConfig;
 use crate::paths::PathPolicy;
@@ -283,6 +285,12 @@ impl<'w> Index<'w> {
                 picker.name
             ));
         }
+        if picker.port.is_none() {
+            return Some(format!(
+                "endpoint picker Service {ns}/{}: a port is required",
+                picker.name
+            ));
+        }
         None
     }
 }
@@ -354,23 +362,38 @@ fn backend_config(
 }
 
 /// Why a pool's requests cannot be served, if they cannot: it names an
-/// endpoint picker with `FailClose` (the default), and that picker does not
-/// resolve or would have to be called. A `FailOpen` pool is served by
-/// FlexInfer's own picker, as when its picker is unreachable.
+/// endpoint picker that does not resolve, with `FailClose` (the default).
+/// A `FailOpen` pool is served by FlexInfer's own picker then, as when its
+/// picker is unreachable.
 fn unserved_reason(pool: &InferencePool, index: &Index) -> Option<String> {
     let picker = pool.spec.endpoint_picker_ref.as_ref()?;
     if picker.failure_mode.as_deref() == Some("FailOpen") {
         return None;
     }
-    Some(index.picker_problem(pool).unwrap_or_else(|| {
-        format!(
-            "InferencePool {}/{} names an endpoint picker with failureMode FailClose, and this \
-             gateway does not call external endpoint pickers: remove endpointPickerRef to use \
-             FlexInfer's own picker",
-            ns_of(pool),
-            pool.name_any()
-        )
-    }))
+    index.picker_problem(pool)
+}
+
+/// A pool's picker as the data plane reaches it: the ready endpoints of
+/// its Service's port. `None` without a picker, or when it does not
+/// resolve.
+fn picker_route(pool: &InferencePool, index: &Index) -> Option<PickerRoute> {
+    let picker = pool.spec.endpoint_picker_ref.as_ref()?;
+    if index.picker_problem(pool).is_some() {
+        return None;
+    }
+    let ns = ns_of(pool);
+    let port = picker.port.as_ref()?.number;
+    let svc = index.services.get(&(ns.clone(), picker.name.clone()))?;
+    let addrs = index
+        .service_endpoints(svc, &ns, port)
+        .into_iter()
+        .map(|u| u.addr)
+        .collect();
+    Some(PickerRoute {
+        addrs,
+        fail_open: picker.failure_mode.as_deref() == Some("FailOpen"),
+        pool: Arc::from(format!("{ns}/{}", pool.name_any())),
+    })
 }
 
 fn matchers(rule: &RouteRule) -> Result<Vec<Matcher>, String> {
@@ -478,6 +501,7 @@ pub fn compile(world: &World, settings: &Settings) -> Compiled {
     let mut pool_parents: BTreeMap<(String, String), BTreeSet<(String, String)>> = BTreeMap::new();
     let mut backends: BTreeMap<String, ModelConfig> = BTreeMap::new();
     let mut unserved: HashMap<Arc<str>, String> = HashMap::new();
+    let mut pickers: HashMap<Arc<str>, PickerRoute> = HashMap::new();
     for route in &world.routes {
         let route_ns = ns_of(route.as_ref());
         let route_id: Arc<str> = Arc::from(format!("{route_ns}/{}", route.name_any()));
@@ -514,6 +538,9 @@ pub fn compile(world: &World, settings: &Settings) -> Compiled {
                         }
                         if let Some(why) = unserved_reason(&pool, &index) {
                             unserved.insert(Arc::from(key.as_str()), why);
+                        }
+                        if let Some(picker) = picker_route(&pool, &index) {
+                            pickers.insert(Arc::from(key.as_str()), picker);
                         }
                         Target::Backend(Arc::from(key))
                     }
@@ -792,6 +819,7 @@ pub fn compile(world: &World, settings: &Settings) -> Compiled {
         }
     }
     out.table.unserved = unserved;
+    out.table.pickers = pickers;
     out.backends = backends.into_values().collect();
     out
 }
@@ -1053,12 +1081,28 @@ mod tests {
         // The Service exists: still unserved with FailClose (no external
         // picker is called), served by FlexInfer's picker with FailOpen.
         w.services = vec![obj(
-            json!({"metadata": {"name": "epp", "namespace": "apps"}}),
+            json!({"metadata": {"name": "epp", "namespace": "apps"},
+            "spec": {"ports": [{"name": "grpc", "port": 9002}]}}),
         )];
+        w.slices = vec![obj(
+            json!({"metadata": {"name": "epp-1", "namespace": "apps",
+                "labels": {"kubernetes.io/service-name": "epp"}},
+            "addressType": "IPv4", "ports": [{"name": "grpc", "port": 9002}],
+            "endpoints": [{"addresses": ["10.0.0.7"], "conditions": {"ready": true}}]}),
+        )];
+        let mut pool = (*w.pools[0]).clone();
+        pool.spec.endpoint_picker_ref.as_mut().unwrap().port = Some(PoolPort { number: 9002 });
+        w.pools = vec![Arc::new(pool)];
         let out = compile(&w, &settings());
-        assert!(out.table.unserved[&key].contains("FailClose"));
+        assert!(out.table.unserved.is_empty(), "{:?}", out.table.unserved);
+        let picker = &out.table.pickers[&key];
+        assert_eq!(picker.addrs, vec!["10.0.0.7:9002".parse().unwrap()]);
+        assert!(!picker.fail_open);
+        // FailOpen, without a port: no picker to ask, FlexInfer's serves.
         with_picker(&mut w, Some("FailOpen"));
-        assert!(compile(&w, &settings()).table.unserved.is_empty());
+        let out = compile(&w, &settings());
+        assert!(out.table.unserved.is_empty());
+        assert!(out.table.pickers.is_empty());
         // A rule with a filter is not accepted.
         let mut w = world("pool");
         let mut route = (*w.routes[0]).clone();

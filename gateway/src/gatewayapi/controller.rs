@@ -152,6 +152,13 @@ pub async fn run(
             models: compiled.backends,
             ..ModelTable::default()
         });
+        let in_use = compiled
+            .table
+            .pickers
+            .values()
+            .flat_map(|p| p.addrs.iter().copied())
+            .collect();
+        plane.pickers.retain(&in_use);
         plane.table.store(Arc::new(compiled.table));
         write(&client, &settings, compiled.writes).await;
         tokio::select! {

@@ -46,15 +46,18 @@ pub struct DataPlane {
     pub backends: RouteStore,
     /// The data-plane ports, to listen on.
     pub ports: Vec<u16>,
+    /// Connections to the pools' endpoint pickers.
+    pub pickers: crate::epp::Pickers,
 }
 
 impl DataPlane {
-    /// An empty data plane on `ports`.
-    pub fn new(ports: Vec<u16>) -> Self {
+    /// An empty data plane on `ports`, asking pickers as `pickers` says.
+    pub fn new(ports: Vec<u16>, pickers: crate::epp::PickerSettings) -> Self {
         DataPlane {
             table: ArcSwap::from_pointee(RoutingTable::default()),
             backends: RouteStore::from_table(&ModelTable::default(), LimitSettings::default()),
             ports,
+            pickers: crate::epp::Pickers::new(pickers),
         }
     }
 }

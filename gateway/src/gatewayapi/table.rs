@@ -210,6 +210,20 @@ pub struct RoutingTable {
     pub by_port: HashMap<u16, Arc<GatewayRoutes>>,
     /// Backends that cannot be served, and why (answered 503).
     pub unserved: HashMap<Arc<str>, String>,
+    /// Backends whose endpoint picker is asked (InferencePools with an
+    /// `endpointPickerRef`).
+    pub pickers: HashMap<Arc<str>, PickerRoute>,
+}
+
+/// A pool's endpoint picker, as the data plane reaches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PickerRoute {
+    /// Its ready endpoints (one is asked per request).
+    pub addrs: Vec<std::net::SocketAddr>,
+    /// `failureMode: FailOpen`: FlexInfer's picker serves when it cannot.
+    pub fail_open: bool,
+    /// The pool, `namespace/name`, for metrics and messages.
+    pub pool: Arc<str>,
 }
 
 impl RoutingTable {

@@ -43,7 +43,10 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
     let (startup_timeout, resync) = (settings.startup_timeout, settings.resync);
     let kube = KubeMode::start(settings, store.clone())?;
     let gateway_api = if cli.gateway_api.enabled {
-        let plane = Arc::new(DataPlane::new(cli.gateway_api.ports.0.clone()));
+        let plane = Arc::new(DataPlane::new(
+            cli.gateway_api.ports.0.clone(),
+            cli.gateway_api.picker_settings(),
+        ));
         let settings = crate::gatewayapi::Settings {
             controller_name: cli.gateway_api.controller_name.clone(),
             slots: cli.gateway_api.ports.0.clone(),

@@ -301,6 +301,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.upstream_answered = true;
+        self.picker_response_head(resp, ctx).await;
         ctx.held_error = (ctx.held_head && resp.status.as_u16() >= 400)
             .then(|| Box::new((resp.status.as_u16(), Vec::new())));
         ctx.stream_timing =

@@ -16,7 +16,7 @@ mod charge;
 mod gateway_api;
 mod resolve;
 
-pub(super) use gateway_api::GatewayPlan;
+pub(super) use gateway_api::{GatewayPlan, Picked};
 
 use super::body::{declared_length, read_body};
 use super::body_edits::{BodyEdits, PlannedBody};
@@ -83,6 +83,9 @@ pub struct ForwardPlan {
     /// Whether the routing decision may be shown to the caller
     /// (`--route-debug-header`): an admin key, or a gateway without keys.
     pub(super) route_debug: bool,
+    /// Gateway API: an InferencePool's endpoint picker chose the endpoints
+    /// ([`crate::epp`]).
+    pub(super) picked: Option<Box<Picked>>,
 }
 
 impl ForwardPlan {
@@ -109,6 +112,7 @@ impl ForwardPlan {
             retyped_json: self.retyped_json,
             tenant: self.tenant.clone(),
             route_debug: self.route_debug,
+            picked: None,
         }
     }
 }
@@ -405,6 +409,7 @@ impl Gateway {
             retyped_json: retyped,
             tenant: ctx.tenant.clone(),
             route_debug: ctx.tenant.is_none(),
+            picked: None,
         })
     }
 

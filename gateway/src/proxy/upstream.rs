@@ -1,6 +1,7 @@
 //! The upstream side of a request: which endpoint each attempt goes to,
 //! what it is sent, and when a failed attempt is tried again elsewhere.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use http::{header, HeaderValue};
@@ -23,6 +24,12 @@ impl Gateway {
     /// failed when there is a choice. Returns whether the endpoint was
     /// tried before, so that the caller pauses before the attempt.
     pub(super) fn pick_peer(&self, ctx: &mut RequestCtx) -> Result<(Box<HttpPeer>, bool)> {
+        // An endpoint picker named the endpoints, in order.
+        let picked = ctx
+            .plan
+            .as_mut()
+            .and_then(|p| p.picked.as_mut())
+            .map(|p| p.next_endpoint());
         let Some(plan) = ctx.plan.as_ref() else {
             ctx.error = Some(ApiError::internal("no route planned"));
             return Err(Error::new(ErrorType::HTTPStatus(500)));
@@ -36,7 +43,14 @@ impl Gateway {
         };
         // A Responses API follow-up goes where its response was created,
         // while that endpoint is still in the set.
-        let pinned = ctx.pinned.and_then(|addr| set.index_of(&addr));
+        if let Some(addr) = picked.filter(|addr| set.index_of(addr).is_none()) {
+            // Not (yet) among the pool's ready endpoints here: the picker
+            // knows better, and gets its endpoint.
+            ctx.lease = None;
+            ctx.upstream_answered = false;
+            return Ok((self.peer_to(addr), false));
+        }
+        let pinned = picked.or(ctx.pinned).and_then(|addr| set.index_of(&addr));
         let picked = match (pinned, plan.prompt.as_deref()) {
             (Some(idx), _) => Some((idx, set.track(idx), None)),
             (None, Some(prompt)) => match &self.peers {
@@ -92,12 +106,17 @@ impl Gateway {
         if let Some(mask) = plan.tried_mask.as_ref().filter(|_| idx < 64) {
             mask.fetch_or(1u64 << idx, Ordering::Relaxed);
         }
-        let mut peer = HttpPeer::new(upstream.addr, false, String::new());
+        Ok((self.peer_to(upstream.addr), again))
+    }
+
+    /// A plain HTTP/1.1 peer at `addr` with the upstream timeouts.
+    fn peer_to(&self, addr: SocketAddr) -> Box<HttpPeer> {
+        let mut peer = HttpPeer::new(addr, false, String::new());
         peer.options.connection_timeout = Some(self.settings.connect_timeout);
         peer.options.read_timeout = Some(self.settings.read_timeout);
         peer.options.write_timeout = Some(self.settings.read_timeout);
         peer.options.idle_timeout = Some(self.settings.upstream_keepalive);
-        Ok((Box::new(peer), again))
+        Box::new(peer)
     }
 
     /// The current attempt's endpoint failed or answered: its health
@@ -360,7 +379,36 @@ impl Gateway {
             }
         }
         upstream.insert_header(REQUEST_ID, plan.request_id.as_ref())?;
+        if let Some(picked) = &plan.picked {
+            picked.headers.apply(upstream);
+        }
         Ok(())
+    }
+
+    /// Gateway API: the response head goes to the endpoint picker that
+    /// chose the endpoint, with the endpoint that served, and the picker's
+    /// changes are applied to it. A picker that fails now changes nothing:
+    /// the answer is already coming.
+    pub(super) async fn picker_response_head(
+        &self,
+        resp: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) {
+        let Some(picked) = ctx.plan.as_mut().and_then(|p| p.picked.as_mut()) else {
+            return;
+        };
+        let (Some(phase), Some(served)) = (picked.response.take(), picked.served) else {
+            return;
+        };
+        match phase
+            .head(resp.status.as_u16(), &resp.headers, served)
+            .await
+        {
+            Ok(mutation) => mutation.apply(resp),
+            Err(why) => {
+                tracing::warn!(error = %why, "the endpoint picker did not take the response head")
+            }
+        }
     }
 
     /// Global mode: a member cluster that answers 5xx is failed over like

@@ -109,6 +109,12 @@ impl PodNetwork {
         Ok(network)
     }
 
+    /// The host's address on the link to the namespace: not loopback, so
+    /// an EndpointSlice may name it for a process on the host.
+    pub fn host_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.second_octet, 0, 1)
+    }
+
     /// A new Pod address, assigned inside the namespace.
     pub fn next_ip(&self) -> std::io::Result<Ipv4Addr> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);

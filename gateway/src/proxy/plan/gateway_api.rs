@@ -7,9 +7,12 @@
 //! client had named it.
 
 use super::*;
+use crate::epp::{Mutation, Pick, PickError, PickRequest, ResponsePhase};
+use crate::gatewayapi::table::PickerRoute;
 use crate::gatewayapi::table::{self, GatewayRoutes};
 use crate::gatewayapi::Target;
 use crate::registry::ModelRegistry;
+use std::net::SocketAddr;
 
 /// What a Gateway API request turns into.
 pub(in crate::proxy) enum GatewayPlan {
@@ -45,10 +48,10 @@ impl Gateway {
             .and_then(|h| h.to_str().ok())
             .or_else(|| req.uri.host())
             .unwrap_or_default();
-        let host = host_without_port(host);
-        let path = req.uri.path();
-        let Some(matched) = routes.find(host, &req.method, path, &req.headers) else {
-            return Err(ApiError::route_not_found(host, path, &routes.gateway));
+        let host = host_without_port(host).to_string();
+        let path = req.uri.path().to_string();
+        let Some(matched) = routes.find(&host, &req.method, &path, &req.headers) else {
+            return Err(ApiError::route_not_found(&host, &path, &routes.gateway));
         };
         let target = table::pick(&matched.backends, rand::random::<u64>()).cloned();
         let key = match target {
@@ -73,9 +76,10 @@ impl Gateway {
             .as_ref()
             .is_some_and(|t| !t.allows(&resolved.route.name))
         {
-            return Err(ApiError::route_not_found(host, path, &routes.gateway));
+            return Err(ApiError::route_not_found(&host, &path, &routes.gateway));
         }
         ctx.model = Some(resolved.route.name.clone());
+        let req = session.req_header();
         let kind = extract::body_kind(&req.method, &req.headers);
         let limit = self.settings.max_body_bytes;
         let declared = declared_length(session.req_header());
@@ -89,6 +93,22 @@ impl Gateway {
         } else {
             None
         };
+        let picker = plane.table.load().pickers.get(&key).cloned();
+        let picked = match picker {
+            Some(picker) => {
+                self.ask_picker(plane, &picker, session, &host, body.as_ref())
+                    .await?
+            }
+            None => None,
+        };
+        if let Some(picked) = picked {
+            let body = picked.body.clone().or(body);
+            return Ok(GatewayPlan::Forward(Box::new(ForwardPlan {
+                body: body.map(PlannedBody::from),
+                picked: Some(Box::new(picked)),
+                ..self.pool_plan(resolved, ctx)
+            })));
+        }
         // Read for routing only: the backend judges the body, not the gateway.
         let json = body.as_ref().and_then(|b| extract::parse_json(b).ok());
         let strategy = self.strategy(&resolved);
@@ -99,13 +119,27 @@ impl Gateway {
             .then(|| Arc::new(PromptRouting::of(headers, json.as_ref(), &resolved, None)));
         drop(json);
         Ok(GatewayPlan::Forward(Box::new(ForwardPlan {
-            resolved,
             strategy,
             routing_key,
             key_source,
             prompt,
-            forward_path: None,
             body: body.map(PlannedBody::from),
+            ..self.pool_plan(resolved, ctx)
+        })))
+    }
+
+    /// The plan of a request to a Gateway API backend, before its routing
+    /// inputs and body are filled in.
+    fn pool_plan(&self, resolved: Resolved, ctx: &RequestCtx) -> ForwardPlan {
+        let strategy = self.strategy(&resolved);
+        ForwardPlan {
+            resolved,
+            strategy,
+            routing_key: None,
+            key_source: KeySource::None,
+            prompt: None,
+            forward_path: None,
+            body: None,
             request_id: ctx.request_id.clone().unwrap_or_else(|| Arc::from("")),
             tried_mask: None,
             metering: None,
@@ -118,7 +152,105 @@ impl Gateway {
             retyped_json: false,
             tenant: ctx.tenant.clone(),
             route_debug: ctx.tenant.is_none(),
-        })))
+            picked: None,
+        }
+    }
+
+    /// Puts the request to the pool's endpoint picker. `Ok(None)`: it could
+    /// not pick and the pool fails open (FlexInfer's picker serves);
+    /// `Err`: it answered the client itself, or the pool fails closed.
+    async fn ask_picker(
+        &self,
+        plane: &crate::gatewayapi::DataPlane,
+        picker: &PickerRoute,
+        session: &Session,
+        host: &str,
+        body: Option<&Bytes>,
+    ) -> Result<Option<Picked>, ApiError> {
+        let started = Instant::now();
+        let result = match picker.addrs.len() {
+            0 => Err(PickError::Unavailable(
+                "its Service has no ready endpoint".to_string(),
+            )),
+            n => {
+                let client = plane.pickers.client(picker.addrs[rand::random_range(0..n)]);
+                let req = session.req_header();
+                let request = PickRequest {
+                    method: req.method.as_str(),
+                    path_and_query: req.uri.path_and_query().map_or("/", |p| p.as_str()),
+                    authority: host,
+                    headers: &req.headers,
+                    body: body.map(|b| &b[..]),
+                };
+                client.pick(request).await
+            }
+        };
+        let (outcome, answer) = match result {
+            Ok(pick) => ("picked", Ok(Some(Picked::from(pick)))),
+            Err(PickError::Refused { status, body }) => (
+                "refused",
+                Err(ApiError::picker_refused(
+                    status,
+                    String::from_utf8_lossy(&body).into_owned(),
+                )),
+            ),
+            Err(PickError::Unavailable(why)) if picker.fail_open => {
+                tracing::warn!(pool = %picker.pool, error = %why, "endpoint picker unavailable: FlexInfer's picker serves (FailOpen)");
+                ("failed_open", Ok(None))
+            }
+            Err(PickError::Unavailable(why)) => (
+                "failed_closed",
+                Err(ApiError::unavailable(format!(
+                    "the endpoint picker of InferencePool {} is unavailable: {why}",
+                    picker.pool
+                ))),
+            ),
+        };
+        self.metrics
+            .picker_seconds
+            .with_label_values(&[&picker.pool, outcome])
+            .observe(started.elapsed().as_secs_f64());
+        answer
+    }
+}
+
+/// An endpoint picker's decision, carried to the upstream phases.
+pub(in crate::proxy) struct Picked {
+    /// Endpoints to try, in order.
+    endpoints: Vec<SocketAddr>,
+    /// Attempts made so far.
+    attempts: usize,
+    /// The endpoint of the latest attempt.
+    pub(in crate::proxy) served: Option<SocketAddr>,
+    /// Changes to the request's headers.
+    pub(in crate::proxy) headers: Mutation,
+    /// The body the picker sent back, when it did.
+    body: Option<Bytes>,
+    /// The stream, for the response's head.
+    pub(in crate::proxy) response: Option<ResponsePhase>,
+}
+
+impl From<Pick> for Picked {
+    fn from(pick: Pick) -> Self {
+        Picked {
+            endpoints: pick.endpoints,
+            attempts: 0,
+            served: None,
+            headers: pick.headers,
+            body: pick.body,
+            response: Some(pick.response),
+        }
+    }
+}
+
+impl Picked {
+    /// The endpoint of the next attempt: down the picker's list, staying
+    /// on its last.
+    pub(in crate::proxy) fn next_endpoint(&mut self) -> SocketAddr {
+        let addr = self.endpoints[self.attempts.min(self.endpoints.len() - 1)];
+        self.attempts += 1;
+        self.served = Some(addr);
+        addr
     }
 }
 

@@ -411,3 +411,385 @@ async fn gateway_api_routes_a_pool_through_flexinfers_picker_and_reports_status(
         let _ = plane.kubectl(&["delete", "namespace", ns, "--wait=false"]);
     }
 }
+
+const LWEPP_VAR: &str = "FLEXINFER_LWEPP";
+
+/// The inference extension's own picker (`lwepp`) as a process on the
+/// host, serving pool `pool` of `namespace`; killed on drop.
+struct Lwepp(std::process::Child);
+
+impl Drop for Lwepp {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn lwepp(plane: &ControlPlane, namespace: &str, pool: &str, grpc: u16) -> Option<Lwepp> {
+    let Some(binary) = std::env::var_os(LWEPP_VAR) else {
+        assert!(
+            std::env::var(flexinfer_testkube::real::REQUIRE_VAR).as_deref() != Ok("1"),
+            "{LWEPP_VAR} is unset: run `eval \"$(scripts/gateway-api.sh)\"` (scripts/test.sh does)"
+        );
+        eprintln!("skipped: no lwepp ({LWEPP_VAR}; scripts/gateway-api.sh builds it)");
+        return None;
+    };
+    let log = std::fs::File::create(plane.dir().join(format!("lwepp-{pool}.log"))).expect("log");
+    let child = std::process::Command::new(binary)
+        .args(["--pool-name", pool, "--pool-namespace", namespace])
+        .args(["--grpc-port", &grpc.to_string()])
+        .args([
+            "--grpc-health-port",
+            &crate::support::free_port().to_string(),
+        ])
+        .args(["--metrics-port", &crate::support::free_port().to_string()])
+        .env("KUBECONFIG", &plane.admin_kubeconfig)
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("lwepp starts");
+    Some(Lwepp(child))
+}
+
+/// A Service without selector and its EndpointSlice: `name` in
+/// `namespace`, port 9002 (`grpc`) served at `ip:port`.
+fn picker_service(
+    plane: &ControlPlane,
+    namespace: &str,
+    name: &str,
+    ip: std::net::Ipv4Addr,
+    port: u16,
+) {
+    create(
+        plane,
+        &json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"ports": [{"name": "grpc", "port": 9002, "targetPort": port}]}}),
+    )
+    .expect("picker Service");
+    create(
+        plane,
+        &json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{name}-1"), "namespace": namespace,
+                "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "ports": [{"name": "grpc", "port": port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}]}),
+    )
+    .expect("picker EndpointSlice");
+}
+
+fn pool_with_picker(name: &str, picker: Option<(&str, &str)>) -> Value {
+    let mut spec = json!({"selector": {"matchLabels": {"app": "epp-llm"}},
+        "targetPorts": [{"number": 8000}]});
+    if let Some((service, mode)) = picker {
+        spec["endpointPickerRef"] =
+            json!({"name": service, "port": {"number": 9002}, "failureMode": mode});
+    }
+    json!({"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+        "metadata": {"name": name, "namespace": "gwapi-epp"}, "spec": spec})
+}
+
+async fn post(port: u16, path: &str, select: Option<&str>) -> reqwest::Response {
+    let mut req = fresh_client()
+        .post(format!("http://127.0.0.1:{port}{path}"))
+        .json(&json!({"model": "epp-llm", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "Write as if you were a critic: San Francisco"}]}));
+    if let Some(endpoint) = select {
+        req = req.header("test-epp-endpoint-selection", endpoint);
+    }
+    req.send().await.expect("request")
+}
+
+fn p50(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// Pools with an `endpointPickerRef` are put to their picker, the
+/// inference extension's own `lwepp` (ext_proc over gRPC with TLS): the
+/// endpoint it picks is the one that serves, its header changes reach the
+/// engine, and the response head goes back to it with the endpoint that
+/// served. A dead picker gets FailClose pools 503 and FailOpen pools
+/// FlexInfer's picker; a picker that never answers holds only its own
+/// pool's requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_picker_picks_and_a_dead_or_slow_one_is_contained() {
+    use flexinfer_testkube::real::{KubeletConfig, PodNetwork, RealKubelet};
+    let Some(plane) = plane() else { return };
+    if !install_gateway_api_crds(plane) {
+        return;
+    }
+    let grpc = crate::support::free_port();
+    let _ = create(
+        plane,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gwapi-epp"}}),
+    );
+    let Some(_picker) = lwepp(plane, "gwapi-epp", "picked", grpc) else {
+        return;
+    };
+    let logs = plane.dir().join("pods-gwapi-epp-node");
+    std::fs::create_dir_all(&logs).expect("log folder");
+    let flags = SimFlags::default();
+    let runner_flags = flags.clone();
+    let network = std::sync::Arc::new(
+        PodNetwork::create().expect("a network namespace for pods (needs root and `ip`)"),
+    );
+    let host = network.host_ip();
+    let _kubelet = RealKubelet::start(
+        plane.client().await,
+        KubeletConfig {
+            node: "gwapi-epp-node".into(),
+            node_labels: json!({"kubernetes.io/hostname": "gwapi-epp-node"}),
+            capacity: json!({"cpu": "16", "memory": "64Gi", "pods": "110"}),
+            selector: format!("{MODEL_LABEL}=epp-llm"),
+            namespace: Some("gwapi-epp".into()),
+            bind_unscheduled: false,
+            runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &runner_flags, &logs)),
+            network: Some(network.clone()),
+        },
+    )
+    .await
+    .expect("kubelet");
+    for name in ["epp-llm-a", "epp-llm-b"] {
+        let mut pod = pool_pod(name);
+        pod["metadata"]["namespace"] = json!("gwapi-epp");
+        pod["metadata"]["labels"] = json!({"app": "epp-llm", MODEL_LABEL: "epp-llm"});
+        pod["spec"]["nodeName"] = json!("gwapi-epp-node");
+        create(plane, &pod).expect("pool pod");
+    }
+    // A picker that accepts connections and never answers.
+    let black_hole = std::net::TcpListener::bind((host, 0)).expect("black hole");
+    let black_hole_port = black_hole.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in black_hole.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let dead_port = crate::support::free_port();
+    picker_service(plane, "gwapi-epp", "epp", host, grpc);
+    picker_service(plane, "gwapi-epp", "dead", host, dead_port);
+    picker_service(plane, "gwapi-epp", "silent", host, black_hole_port);
+    for pool in [
+        pool_with_picker("picked", Some(("epp", "FailClose"))),
+        pool_with_picker("closed", Some(("dead", "FailClose"))),
+        pool_with_picker("open", Some(("dead", "FailOpen"))),
+        pool_with_picker("slow", Some(("silent", "FailOpen"))),
+        pool_with_picker("builtin", None),
+    ] {
+        create(plane, &pool).expect("InferencePool");
+    }
+    let slot = crate::support::free_port();
+    let rel = Release::install_with_env(
+        plane,
+        "gwepp",
+        "flexinfer-gwepp",
+        &[
+            "--set",
+            "gateway.gatewayApi.enabled=true",
+            "--set",
+            "gateway.gatewayApi.gatewayClass.name=flexinfer-epp",
+            "--set",
+            "gateway.gatewayApi.controllerName=flexinfer.ai/epp-test",
+        ],
+        &[
+            ("FLEXINFER_GATEWAY_API_PORTS", &slot.to_string()),
+            ("FLEXINFER_GATEWAY_API_PICKER_TIMEOUT", "2s"),
+        ],
+    )
+    .await;
+    create(
+        plane,
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "gwapi-epp"},
+            "spec": {"gatewayClassName": "flexinfer-epp", "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    )
+    .expect("Gateway");
+    let rule = |prefix: &str, pool: &str| {
+        json!({"matches": [{"path": {"type": "PathPrefix", "value": prefix}}],
+            "backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool}]})
+    };
+    create(
+        plane,
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "pools", "namespace": "gwapi-epp"},
+            "spec": {"parentRefs": [{"name": "gw"}], "rules": [
+                rule("/picked", "picked"), rule("/closed", "closed"), rule("/open", "open"),
+                rule("/slow", "slow"), rule("/builtin", "builtin")]}}),
+    )
+    .expect("HTTPRoute");
+    let pods: Vec<(String, String)> =
+        eventually("both pool pods Ready", Duration::from_secs(60), || async {
+            let list = get(plane, &["pods", "-n", "gwapi-epp"])?;
+            let ready: Vec<(String, String)> = list["items"]
+                .as_array()?
+                .iter()
+                .filter(|p| {
+                    condition(&p["status"]["conditions"], "Ready").is_some_and(|c| c.0 == "True")
+                })
+                .map(|p| {
+                    (
+                        p["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        p["status"]["podIP"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+            (ready.len() == 2).then_some(ready)
+        })
+        .await;
+    eventually(
+        "the picked pool served",
+        Duration::from_secs(60),
+        || async {
+            (post(slot, "/picked/v1/chat/completions", None)
+                .await
+                .status()
+                == 200)
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The picker's choice is the endpoint that serves, and the response
+    // head went back to it with that endpoint.
+    for (name, ip) in &pods {
+        for _ in 0..3 {
+            let endpoint = format!("{ip}:8000");
+            let resp = post(slot, "/picked/v1/chat/completions", Some(&endpoint)).await;
+            assert_eq!(resp.status(), 200);
+            let header = |h: &str| {
+                resp.headers()
+                    .get(h)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            assert_eq!(
+                header("x-served-by").as_deref(),
+                Some(name.as_str()),
+                "picked {endpoint}"
+            );
+            assert_eq!(
+                header("x-conformance-test-served-endpoint").as_deref(),
+                Some(endpoint.as_str()),
+                "the picker heard which endpoint served"
+            );
+            assert_eq!(header("x-went-into-resp-headers").as_deref(), Some("true"));
+        }
+    }
+    // A picker that cannot be reached: FailClose is 503, FailOpen is served.
+    let resp = post(slot, "/closed/v1/chat/completions", None).await;
+    assert_eq!(resp.status(), 503);
+    let body: Value = resp.json().await.expect("JSON error");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("gwapi-epp/closed"),
+        "{body}"
+    );
+    assert_eq!(
+        post(slot, "/open/v1/chat/completions", None).await.status(),
+        200
+    );
+    // A picker that takes connections and never answers holds its own
+    // pool's request until the connection's 1 s bound, then FlexInfer's
+    // picker serves it (FailOpen); requests to other pools go on meanwhile.
+    let slow = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let status = post(slot, "/slow/v1/chat/completions", None).await.status();
+        (status, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..5 {
+        assert_eq!(
+            post(slot, "/builtin/v1/chat/completions", None)
+                .await
+                .status(),
+            200
+        );
+        assert_eq!(
+            post(slot, "/picked/v1/chat/completions", None)
+                .await
+                .status(),
+            200
+        );
+    }
+    assert!(
+        !slow.is_finished(),
+        "the slow picker's request waits for its timeout"
+    );
+    let (status, waited) = slow.await.expect("slow request");
+    assert_eq!(
+        status, 200,
+        "FailOpen: FlexInfer's picker served after the bound"
+    );
+    assert!(
+        waited >= Duration::from_secs(1),
+        "served only after the bound: {waited:?}"
+    );
+
+    // What the picker adds: p50 of sequential requests through lwepp and
+    // through FlexInfer's own picker, on this machine.
+    let mut through_picker = Vec::new();
+    let mut built_in = Vec::new();
+    for _ in 0..100 {
+        let started = std::time::Instant::now();
+        assert_eq!(
+            post(slot, "/picked/v1/chat/completions", None)
+                .await
+                .status(),
+            200
+        );
+        through_picker.push(started.elapsed());
+        let started = std::time::Instant::now();
+        assert_eq!(
+            post(slot, "/builtin/v1/chat/completions", None)
+                .await
+                .status(),
+            200
+        );
+        built_in.push(started.elapsed());
+    }
+    let (picker_p50, builtin_p50) = (p50(through_picker), p50(built_in));
+    eprintln!(
+        "p50 through lwepp {:.2} ms, through FlexInfer's picker {:.2} ms: the external picker adds {:.2} ms",
+        picker_p50.as_secs_f64() * 1e3,
+        builtin_p50.as_secs_f64() * 1e3,
+        (picker_p50.as_secs_f64() - builtin_p50.as_secs_f64()) * 1e3
+    );
+    let metrics = fresh_client()
+        .get(rel.gateway.url("metrics", "/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .unwrap_or_default();
+    for outcome in ["picked", "failed_closed", "failed_open"] {
+        assert!(
+            metrics.contains(&format!(
+                "flexinfer_proxy_gateway_api_picker_seconds_count{{outcome=\"{outcome}\""
+            )),
+            "no {outcome} in the picker metric:\n{}",
+            metrics
+                .lines()
+                .filter(|l| l.contains("picker"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    let refused = rel.refused(plane);
+    assert!(
+        refused.is_empty(),
+        "refused: {refused:#?}\nlog: {}",
+        rel.log.display()
+    );
+    drop(flags);
+    rel.uninstall(plane);
+    let _ = plane.kubectl(&["delete", "namespace", "gwapi-epp", "--wait=false"]);
+}
