@@ -13,6 +13,8 @@
 # Prints the variables the lane reads, ready for `eval`:
 #   FLEXINFER_GATEWAY_API_CRDS  folder holding the CRD manifests
 #   FLEXINFER_LWEPP             the lwepp binary
+#   FLEXINFER_ECHO_BASIC        the suite's echo server
+#   FLEXINFER_GAIE_SUITE        GAIE's conformance suite (a Go test binary)
 #
 # Without Go it prints nothing and exits 0, saying why on stderr (the lane
 # then says it is skipped).
@@ -78,5 +80,36 @@ if [ ! -x "$LWEPP" ]; then
   (cd "$work/src" && GOWORK=off CGO_ENABLED=0 go build -o "$LWEPP.part" ./cmd/lwepp) >&2
   mv "$LWEPP.part" "$LWEPP"
 fi
+# The suite's echo server (sigs.k8s.io/gateway-api/conformance's
+# echo-basic) and the suite itself: GAIE's conformance module, compiled as
+# a test binary inside a copy of the extension's main module at the same
+# version, as its `replace ... => ../` expects.
+ECHO_BASIC="$OUT/echo-basic"
+if [ ! -x "$ECHO_BASIC" ]; then
+  src=$( (cd "$work" && go mod download -json "sigs.k8s.io/gateway-api/conformance@$GATEWAY_API_VERSION") |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  cp -r "$src" "$work/echo"
+  chmod -R u+w "$work/echo"
+  log "building echo-basic ($GATEWAY_API_VERSION)"
+  (cd "$work/echo" && GOWORK=off CGO_ENABLED=0 go build -o "$ECHO_BASIC.part" ./echo-basic) >&2
+  mv "$ECHO_BASIC.part" "$ECHO_BASIC"
+fi
+SUITE="$OUT/gaie-conformance.test"
+if [ ! -x "$SUITE" ]; then
+  main=$( (cd "$work" && go mod download -json "sigs.k8s.io/gateway-api-inference-extension@$GAIE_VERSION") |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  suite=$( (cd "$work" && go mod download -json "sigs.k8s.io/gateway-api-inference-extension/conformance@$GAIE_VERSION") |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  cp -r "$main" "$work/gaie"
+  chmod -R u+w "$work/gaie"
+  rm -rf "$work/gaie/conformance"
+  cp -r "$suite" "$work/gaie/conformance"
+  chmod -R u+w "$work/gaie/conformance"
+  log "building GAIE's conformance suite $GAIE_VERSION (a few minutes the first time)"
+  (cd "$work/gaie/conformance" && GOWORK=off CGO_ENABLED=0 go test -c -o "$SUITE.part" .) >&2
+  mv "$SUITE.part" "$SUITE"
+fi
 echo "export FLEXINFER_GATEWAY_API_CRDS=$CRDS"
 echo "export FLEXINFER_LWEPP=$LWEPP"
+echo "export FLEXINFER_ECHO_BASIC=$ECHO_BASIC"
+echo "export FLEXINFER_GAIE_SUITE=$SUITE"

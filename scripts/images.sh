@@ -143,6 +143,11 @@ for target in $targets; do
 done
 rm -f "$dockerfile"
 
+# Images of GAIE's conformance suite, by their names without the registry.
+ECHO_BASIC_IMAGE=k8s-staging-gateway-api/echo-basic:v20251106-v1.3.0-263-g47c3435c
+LWEPP_IMAGE=gateway-api-inference-extension/lwepp:v1.6.0
+foreign=""
+
 # --- the real node's own images: the pod sandbox's pause program and CoreDNS
 # (scripts/real-node.sh builds both) --------------------------------------------------------
 if [ -n "${FLEXINFER_REAL_NODE:-}" ] && [ -x "$FLEXINFER_REAL_NODE/pause" ]; then
@@ -172,6 +177,19 @@ if [ -n "${FLEXINFER_REAL_NODE:-}" ] && [ -x "$FLEXINFER_REAL_NODE/pause" ]; the
     $DOCKER build -q -f "$node_stage/Dockerfile.llama" -t "$REGISTRY/flexinfer/llama.cpp:server" "$node_stage" >&2
     llama=" llama.cpp"
   fi
+  # The Gateway API Inference Extension's conformance backends
+  # (scripts/gateway-api.sh builds them), under the names its suite's
+  # manifests use; the real node's containerd takes gcr.io and
+  # registry.k8s.io from this registry.
+  if [ -x "${FLEXINFER_ECHO_BASIC:-}" ] && [ -x "${FLEXINFER_LWEPP:-}" ]; then
+    cp "$FLEXINFER_ECHO_BASIC" "$node_stage/echo-basic"
+    cp "$FLEXINFER_LWEPP" "$node_stage/lwepp"
+    printf 'FROM scratch\nCOPY echo-basic /echo-basic\nUSER 65532:65532\nENTRYPOINT ["/echo-basic"]\n' >"$node_stage/Dockerfile.echo"
+    printf 'FROM scratch\nCOPY lwepp /lwepp\nUSER 65532:65532\nENTRYPOINT ["/lwepp"]\n' >"$node_stage/Dockerfile.lwepp"
+    $DOCKER build -q -f "$node_stage/Dockerfile.echo" -t "$REGISTRY/$ECHO_BASIC_IMAGE" "$node_stage" >&2
+    $DOCKER build -q -f "$node_stage/Dockerfile.lwepp" -t "$REGISTRY/$LWEPP_IMAGE" "$node_stage" >&2
+    foreign="$REGISTRY/$ECHO_BASIC_IMAGE $REGISTRY/$LWEPP_IMAGE"
+  fi
   rm -rf "$node_stage"
   targets="$targets pause coredns${kube_version:+ kube-scheduler}$llama"
   tag_of() { case $1 in pause) echo 3.10;; coredns) echo latest;; kube-scheduler) echo "$kube_version";; llama.cpp) echo server;; *) echo "$TAG";; esac; }
@@ -193,8 +211,7 @@ if ! curl -fsS "http://$REGISTRY/v2/" >/dev/null 2>&1; then
   registry_pid=$!
   for _ in $(seq 50); do curl -fsS "http://$REGISTRY/v2/" >/dev/null 2>&1 && break; sleep 0.1; done
 fi
-for target in $targets; do
-  ref="$REGISTRY/flexinfer/$target:$(tag_of "$target")"
+for ref in $(for target in $targets; do echo "$REGISTRY/flexinfer/$target:$(tag_of "$target")"; done) $foreign; do
   $DOCKER push -q "$ref" >&2
   size=$($DOCKER image inspect -f '{{.Size}}' "$ref")
   log "$ref $((size / 1024 / 1024)) MiB"

@@ -90,6 +90,9 @@ pub struct Compiled {
     pub writes: Writes,
 }
 
+/// `appProtocol` of pools served over cleartext HTTP/2.
+pub const H2C: &str = "kubernetes.io/h2c";
+
 /// Backend key of an InferencePool.
 pub fn pool_key(ns: &str, name: &str) -> String {
     format!("inferencepool/{ns}/{name}")
@@ -502,6 +505,7 @@ pub fn compile(world: &World, settings: &Settings) -> Compiled {
     let mut backends: BTreeMap<String, ModelConfig> = BTreeMap::new();
     let mut unserved: HashMap<Arc<str>, String> = HashMap::new();
     let mut pickers: HashMap<Arc<str>, PickerRoute> = HashMap::new();
+    let mut h2c = std::collections::HashSet::new();
     for route in &world.routes {
         let route_ns = ns_of(route.as_ref());
         let route_id: Arc<str> = Arc::from(format!("{route_ns}/{}", route.name_any()));
@@ -541,6 +545,9 @@ pub fn compile(world: &World, settings: &Settings) -> Compiled {
                         }
                         if let Some(picker) = picker_route(&pool, &index) {
                             pickers.insert(Arc::from(key.as_str()), picker);
+                        }
+                        if pool.spec.app_protocol.as_deref() == Some(H2C) {
+                            h2c.insert(Arc::from(key.as_str()));
                         }
                         Target::Backend(Arc::from(key))
                     }
@@ -820,6 +827,7 @@ pub fn compile(world: &World, settings: &Settings) -> Compiled {
     }
     out.table.unserved = unserved;
     out.table.pickers = pickers;
+    out.table.h2c = h2c;
     out.backends = backends.into_values().collect();
     out
 }

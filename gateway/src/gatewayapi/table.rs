@@ -213,6 +213,9 @@ pub struct RoutingTable {
     /// Backends whose endpoint picker is asked (InferencePools with an
     /// `endpointPickerRef`).
     pub pickers: HashMap<Arc<str>, PickerRoute>,
+    /// Backends reached over cleartext HTTP/2 (`appProtocol:
+    /// kubernetes.io/h2c`); HTTP/1.1 otherwise.
+    pub h2c: std::collections::HashSet<Arc<str>>,
 }
 
 /// A pool's endpoint picker, as the data plane reaches it.

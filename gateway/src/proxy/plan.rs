@@ -86,6 +86,9 @@ pub struct ForwardPlan {
     /// Gateway API: an InferencePool's endpoint picker chose the endpoints
     /// ([`crate::epp`]).
     pub(super) picked: Option<Box<Picked>>,
+    /// Gateway API: the backend speaks cleartext HTTP/2 (an InferencePool's
+    /// `appProtocol: kubernetes.io/h2c`).
+    pub(super) h2c: bool,
 }
 
 impl ForwardPlan {
@@ -113,6 +116,7 @@ impl ForwardPlan {
             tenant: self.tenant.clone(),
             route_debug: self.route_debug,
             picked: None,
+            h2c: self.h2c,
         }
     }
 }
@@ -410,6 +414,7 @@ impl Gateway {
             tenant: ctx.tenant.clone(),
             route_debug: ctx.tenant.is_none(),
             picked: None,
+            h2c: false,
         })
     }
 

@@ -48,7 +48,8 @@ impl Gateway {
             // knows better, and gets its endpoint.
             ctx.lease = None;
             ctx.upstream_answered = false;
-            return Ok((self.peer_to(addr), false));
+            let h2c = ctx.plan.as_ref().is_some_and(|p| p.h2c);
+            return Ok((self.peer_to(addr, h2c), false));
         }
         let pinned = picked.or(ctx.pinned).and_then(|addr| set.index_of(&addr));
         let picked = match (pinned, plan.prompt.as_deref()) {
@@ -106,12 +107,16 @@ impl Gateway {
         if let Some(mask) = plan.tried_mask.as_ref().filter(|_| idx < 64) {
             mask.fetch_or(1u64 << idx, Ordering::Relaxed);
         }
-        Ok((self.peer_to(upstream.addr), again))
+        Ok((self.peer_to(upstream.addr, plan.h2c), again))
     }
 
-    /// A plain HTTP/1.1 peer at `addr` with the upstream timeouts.
-    fn peer_to(&self, addr: SocketAddr) -> Box<HttpPeer> {
+    /// A cleartext peer at `addr` with the upstream timeouts: HTTP/1.1, or
+    /// HTTP/2 with prior knowledge (`h2c`).
+    fn peer_to(&self, addr: SocketAddr, h2c: bool) -> Box<HttpPeer> {
         let mut peer = HttpPeer::new(addr, false, String::new());
+        if h2c {
+            peer.options.alpn = pingora_core::protocols::ALPN::H2;
+        }
         peer.options.connection_timeout = Some(self.settings.connect_timeout);
         peer.options.read_timeout = Some(self.settings.read_timeout);
         peer.options.write_timeout = Some(self.settings.read_timeout);

@@ -1149,3 +1149,6 @@ spec:
     let _ = forward.kill();
     let _ = forward.wait();
 }
+
+#[path = "real_node/gaie_conformance.rs"]
+mod gaie_conformance;

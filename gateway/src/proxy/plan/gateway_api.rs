@@ -9,10 +9,17 @@
 use super::*;
 use crate::epp::{Mutation, Pick, PickError, PickRequest, ResponsePhase};
 use crate::gatewayapi::table::PickerRoute;
-use crate::gatewayapi::table::{self, GatewayRoutes};
+use crate::gatewayapi::table::{self, GatewayRoutes, Weighted};
 use crate::gatewayapi::Target;
 use crate::registry::ModelRegistry;
 use std::net::SocketAddr;
+
+/// Where a request was going, for messages.
+struct Destination<'a> {
+    host: &'a str,
+    path: &'a str,
+    gateway: &'a str,
+}
 
 /// What a Gateway API request turns into.
 pub(in crate::proxy) enum GatewayPlan {
@@ -53,8 +60,8 @@ impl Gateway {
         let Some(matched) = routes.find(&host, &req.method, &path, &req.headers) else {
             return Err(ApiError::route_not_found(&host, &path, &routes.gateway));
         };
-        let target = table::pick(&matched.backends, rand::random::<u64>()).cloned();
-        let key = match target {
+        let mut remaining: Vec<Weighted> = matched.backends.to_vec();
+        let mut key = match table::pick(&remaining, rand::random::<u64>()).cloned() {
             Some(Target::Backend(key)) => key,
             Some(Target::Model(name)) => return Ok(GatewayPlan::Model(name)),
             Some(Target::Unresolved) | None => {
@@ -64,21 +71,6 @@ impl Gateway {
             )))
             }
         };
-        if let Some(why) = plane.table.load().unserved.get(&key) {
-            return Err(ApiError::unavailable(why.clone()));
-        }
-        let resolved = plane
-            .backends
-            .resolve(&key)
-            .ok_or_else(|| ApiError::unavailable(format!("backend {key} is not ready yet")))?;
-        if ctx
-            .tenant
-            .as_ref()
-            .is_some_and(|t| !t.allows(&resolved.route.name))
-        {
-            return Err(ApiError::route_not_found(&host, &path, &routes.gateway));
-        }
-        ctx.model = Some(resolved.route.name.clone());
         let req = session.req_header();
         let kind = extract::body_kind(&req.method, &req.headers);
         let limit = self.settings.max_body_bytes;
@@ -93,21 +85,81 @@ impl Gateway {
         } else {
             None
         };
-        let picker = plane.table.load().pickers.get(&key).cloned();
+        let to = Destination {
+            host: &host,
+            path: &path,
+            gateway: &routes.gateway,
+        };
+        loop {
+            match self
+                .plan_backend(plane, &key, session, ctx, &to, body.clone())
+                .await
+            {
+                // A backend that cannot take the request (its picker failed
+                // closed or has no endpoint for it, no ready endpoint): the
+                // rule's other backends are tried, by weight, before the
+                // client hears of it.
+                Err(e) if e.status == 503 => {
+                    remaining.retain(|w| matches!(&w.target, Target::Backend(k) if *k != key));
+                    match table::pick(&remaining, rand::random::<u64>()) {
+                        Some(Target::Backend(next)) => {
+                            tracing::debug!(from = %key, to = %next, error = %e.message, "backend unavailable: the rule's next backend");
+                            key = next.clone();
+                        }
+                        _ => return Err(e),
+                    }
+                }
+                other => return other.map(GatewayPlan::Forward),
+            }
+        }
+    }
+
+    /// Plans the request for backend `key` (an InferencePool or a Service).
+    async fn plan_backend(
+        &self,
+        plane: &crate::gatewayapi::DataPlane,
+        key: &Arc<str>,
+        session: &Session,
+        ctx: &mut RequestCtx,
+        to: &Destination<'_>,
+        body: Option<Bytes>,
+    ) -> Result<Box<ForwardPlan>, ApiError> {
+        if let Some(why) = plane.table.load().unserved.get(key) {
+            return Err(ApiError::unavailable(why.clone()));
+        }
+        let resolved = plane
+            .backends
+            .resolve(key)
+            .ok_or_else(|| ApiError::unavailable(format!("backend {key} is not ready yet")))?;
+        if ctx
+            .tenant
+            .as_ref()
+            .is_some_and(|t| !t.allows(&resolved.route.name))
+        {
+            return Err(ApiError::route_not_found(to.host, to.path, to.gateway));
+        }
+        ctx.model = Some(resolved.route.name.clone());
+        let (picker, h2c) = {
+            let table = plane.table.load();
+            (table.pickers.get(key).cloned(), table.h2c.contains(key))
+        };
         let picked = match picker {
             Some(picker) => {
-                self.ask_picker(plane, &picker, session, &host, body.as_ref())
+                self.ask_picker(plane, &picker, session, to.host, body.as_ref())
                     .await?
             }
             None => None,
         };
         if let Some(picked) = picked {
             let body = picked.body.clone().or(body);
-            return Ok(GatewayPlan::Forward(Box::new(ForwardPlan {
+            return Ok(Box::new(ForwardPlan {
                 body: body.map(PlannedBody::from),
                 picked: Some(Box::new(picked)),
-                ..self.pool_plan(resolved, ctx)
-            })));
+                ..self.pool_plan(resolved, ctx, h2c)
+            }));
+        }
+        if resolved.route.endpoints.is_empty() {
+            return Err(self.no_endpoint(&resolved.route.name));
         }
         // Read for routing only: the backend judges the body, not the gateway.
         let json = body.as_ref().and_then(|b| extract::parse_json(b).ok());
@@ -118,19 +170,19 @@ impl Gateway {
             .uses_prompt()
             .then(|| Arc::new(PromptRouting::of(headers, json.as_ref(), &resolved, None)));
         drop(json);
-        Ok(GatewayPlan::Forward(Box::new(ForwardPlan {
+        Ok(Box::new(ForwardPlan {
             strategy,
             routing_key,
             key_source,
             prompt,
             body: body.map(PlannedBody::from),
-            ..self.pool_plan(resolved, ctx)
-        })))
+            ..self.pool_plan(resolved, ctx, h2c)
+        }))
     }
 
     /// The plan of a request to a Gateway API backend, before its routing
     /// inputs and body are filled in.
-    fn pool_plan(&self, resolved: Resolved, ctx: &RequestCtx) -> ForwardPlan {
+    fn pool_plan(&self, resolved: Resolved, ctx: &RequestCtx, h2c: bool) -> ForwardPlan {
         let strategy = self.strategy(&resolved);
         ForwardPlan {
             resolved,
@@ -153,6 +205,7 @@ impl Gateway {
             tenant: ctx.tenant.clone(),
             route_debug: ctx.tenant.is_none(),
             picked: None,
+            h2c,
         }
     }
 

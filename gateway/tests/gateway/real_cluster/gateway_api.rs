@@ -617,7 +617,13 @@ async fn an_external_picker_picks_and_a_dead_or_slow_one_is_contained() {
             "metadata": {"name": "pools", "namespace": "gwapi-epp"},
             "spec": {"parentRefs": [{"name": "gw"}], "rules": [
                 rule("/picked", "picked"), rule("/closed", "closed"), rule("/open", "open"),
-                rule("/slow", "slow"), rule("/builtin", "builtin")]}}),
+                rule("/slow", "slow"), rule("/builtin", "builtin"),
+                json!({"matches": [{"path": {"type": "PathPrefix", "value": "/weighted"}}],
+                    "backendRefs": [
+                        {"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                         "name": "closed", "weight": 99},
+                        {"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                         "name": "builtin", "weight": 1}]})]}}),
     )
     .expect("HTTPRoute");
     let pods: Vec<(String, String)> =
@@ -696,6 +702,14 @@ async fn an_external_picker_picks_and_a_dead_or_slow_one_is_contained() {
         post(slot, "/open/v1/chat/completions", None).await.status(),
         200
     );
+    // A rule's backend that cannot take a request (its picker failed
+    // closed) hands it to the rule's other backends, whatever the weights.
+    for _ in 0..10 {
+        let status = post(slot, "/weighted/v1/chat/completions", None)
+            .await
+            .status();
+        assert_eq!(status, 200);
+    }
     // A picker that takes connections and never answers holds its own
     // pool's request until the connection's 1 s bound, then FlexInfer's
     // picker serves it (FailOpen); requests to other pools go on meanwhile.
