@@ -157,11 +157,31 @@ mod tests {
         }
         assert_eq!(verbs("ai.flexinfer", "models/status"), ["patch"]);
         assert!(verbs("", "pods").is_empty());
-        let cluster: Vec<_> = grants()
+        let cluster = |when: When| -> Vec<_> {
+            grants()
+                .into_iter()
+                .filter(|g| g.scope == Scope::Cluster && g.when == when)
+                .map(|g| g.rule.1)
+                .collect()
+        };
+        assert_eq!(cluster(When::Always), ["nodes"]);
+        // The Gateway API controller's cluster-wide reads and status
+        // writes, only with --gateway-api; it writes nothing else
+        // cluster-wide.
+        let gateway_api = grants()
             .into_iter()
-            .filter(|g| g.scope == Scope::Cluster)
-            .map(|g| g.rule.1)
-            .collect();
-        assert_eq!(cluster, ["nodes"]);
+            .filter(|g| g.when == When::GatewayApi)
+            .collect::<Vec<_>>();
+        assert_eq!(gateway_api.len(), cluster(When::GatewayApi).len() + 1);
+        for g in &gateway_api {
+            let writes = g.rule.2.iter().any(|v| *v != "list" && *v != "watch");
+            let status = g.rule.1.ends_with("/status");
+            assert!(
+                !writes || status || g.scope == Scope::Own,
+                "{} {:?} writes outside statuses and its own namespace",
+                g.rule.1,
+                g.rule.2
+            );
+        }
     }
 }
