@@ -43,7 +43,7 @@ pub struct DataPlane {
     /// The Gateways' routes, by data-plane port.
     pub table: ArcSwap<RoutingTable>,
     /// InferencePools and Services as routes (endpoints, strategy).
-    pub backends: RouteStore,
+    pub backends: Arc<RouteStore>,
     /// The data-plane ports, to listen on.
     pub ports: Vec<u16>,
     /// Connections to the pools' endpoint pickers.
@@ -55,7 +55,10 @@ impl DataPlane {
     pub fn new(ports: Vec<u16>, pickers: crate::epp::PickerSettings) -> Self {
         DataPlane {
             table: ArcSwap::from_pointee(RoutingTable::default()),
-            backends: RouteStore::from_table(&ModelTable::default(), LimitSettings::default()),
+            backends: Arc::new(RouteStore::from_table(
+                &ModelTable::default(),
+                LimitSettings::default(),
+            )),
             ports,
             pickers: crate::epp::Pickers::new(pickers),
         }

@@ -81,8 +81,15 @@ pub fn start(cli: &Cli, metrics: &Metrics, limits: LimitSettings) -> anyhow::Res
         lifecycle: Some(kube.lifecycle()),
         failures: None,
         upstreams: Upstreams::ModelServers,
+        // The engines' load for cache-aware routing: the Models' pods,
+        // and the Gateway API's pools.
         services: super::load_scraper(cli, &store, metrics)
             .into_iter()
+            .chain(
+                plane
+                    .as_ref()
+                    .and_then(|p| super::load_scraper(cli, &p.backends, metrics)),
+            )
             .collect(),
         shutdown: Some(Box::new(move || {
             if let Some(controller) = controller {

@@ -807,3 +807,296 @@ async fn an_external_picker_picks_and_a_dead_or_slow_one_is_contained() {
     rel.uninstall(plane);
     let _ = plane.kubectl(&["delete", "namespace", "gwapi-epp", "--wait=false"]);
 }
+
+/// `flexinfer-bench routing` with `args`, its JSON report.
+fn routing_bench(args: &[String]) -> Value {
+    let bench = std::path::Path::new(env!("CARGO_BIN_EXE_flexinfer-gateway"))
+        .with_file_name("flexinfer-bench");
+    let out = std::process::Command::new(&bench)
+        .arg("routing")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
+    assert!(
+        out.status.success(),
+        "flexinfer-bench routing {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the bench's JSON report")
+}
+
+fn hit_rate(report: &Value, strategy: &str) -> f64 {
+    let s = report["strategies"]
+        .as_array()
+        .and_then(|all| all.iter().find(|s| s["strategy"] == strategy))
+        .unwrap_or_else(|| panic!("no {strategy} in {report:#}"));
+    assert_eq!(s["failed"], 0, "{strategy}: {s:#}");
+    s["hit_rate"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{strategy} has no hit rate: {s:#}"))
+}
+
+/// The routing benchmark's shared-prefix workload, the same conversations
+/// (seed) on four simulated pods of the same settings, three ways: through
+/// a `Model` with cache-aware routing (the bench's local mode: the gateway
+/// on a model file), through an HTTPRoute to an InferencePool without a
+/// picker (FlexInfer's cache-aware picker), and through an HTTPRoute to a
+/// pool whose picker is the inference extension's `lwepp` (round robin).
+/// The pool's hit rate is no more than 2 points below the Model's, and
+/// above lwepp's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_without_a_picker_hits_the_prefix_caches_as_a_model_does() {
+    use flexinfer_testkube::real::{KubeletConfig, PodNetwork, RealKubelet};
+    let Some(plane) = plane() else { return };
+    if !install_gateway_api_crds(plane) {
+        return;
+    }
+    const SEED: &str = "11";
+    const REQUESTS: &str = "240";
+    let local = routing_bench(&[
+        "--local".into(),
+        "--pods".into(),
+        "4".into(),
+        "--strategies".into(),
+        "cache-aware".into(),
+        "--seed".into(),
+        SEED.into(),
+        "--requests".into(),
+        REQUESTS.into(),
+    ]);
+    let model_rate = hit_rate(&local, "cache-aware");
+    let sim = local["settings"]["local"]["sim"].clone();
+    let grpc = crate::support::free_port();
+    let ns = "gwapi-hit";
+    let _ = create(
+        plane,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+    );
+    let Some(_picker) = lwepp(plane, ns, "hit-lwepp", grpc) else {
+        return;
+    };
+    let logs = plane.dir().join("pods-gwapi-hit-node");
+    std::fs::create_dir_all(&logs).expect("log folder");
+    // The pods run the bench's own simulator settings.
+    let flags = SimFlags::default();
+    flags.lock().unwrap().insert(
+        "hit-llm".into(),
+        vec![
+            "--block-size".into(),
+            sim["block_size"].to_string(),
+            "--prefix-cache-blocks".into(),
+            sim["prefix_cache_blocks"].to_string(),
+            "--prefill-tokens-per-second".into(),
+            sim["prefill_tokens_per_second"].to_string(),
+            "--ttft".into(),
+            format!(
+                "{}us",
+                (sim["ttft_ms"].as_f64().unwrap_or(20.0) * 1000.0) as u64
+            ),
+            "--tokens-per-second".into(),
+            sim["tokens_per_second"].to_string(),
+            "--max-num-seqs".into(),
+            sim["max_num_seqs"].to_string(),
+        ],
+    );
+    let runner_flags = flags.clone();
+    let network = std::sync::Arc::new(
+        PodNetwork::create().expect("a network namespace for pods (needs root and `ip`)"),
+    );
+    let host = network.host_ip();
+    let _kubelet = RealKubelet::start(
+        plane.client().await,
+        KubeletConfig {
+            node: "gwapi-hit-node".into(),
+            node_labels: json!({"kubernetes.io/hostname": "gwapi-hit-node"}),
+            capacity: json!({"cpu": "16", "memory": "64Gi", "pods": "110"}),
+            selector: format!("{MODEL_LABEL}=hit-llm"),
+            namespace: Some(ns.into()),
+            bind_unscheduled: false,
+            runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &runner_flags, &logs)),
+            network: Some(network),
+        },
+    )
+    .await
+    .expect("kubelet");
+    picker_service(plane, ns, "epp", host, grpc);
+    for (pool, picker) in [("hit", None), ("hit-lwepp", Some("epp"))] {
+        let mut spec = json!({"selector": {"matchLabels": {"app": "hit-llm"}},
+            "targetPorts": [{"number": 8000}]});
+        if let Some(service) = picker {
+            spec["endpointPickerRef"] = json!({"name": service, "port": {"number": 9002}});
+        }
+        create(
+            plane,
+            &json!({"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+                "metadata": {"name": pool, "namespace": ns}, "spec": spec}),
+        )
+        .expect("InferencePool");
+    }
+    let slots = [crate::support::free_port(), crate::support::free_port()];
+    let (first, second) = (slots[0].min(slots[1]), slots[0].max(slots[1]));
+    let rel = Release::install_with_env(
+        plane,
+        "gwhit",
+        "flexinfer-gwhit",
+        &[
+            "--set",
+            "gateway.gatewayApi.enabled=true",
+            "--set",
+            "gateway.gatewayApi.gatewayClass.name=flexinfer-hit",
+            "--set",
+            "gateway.gatewayApi.controllerName=flexinfer.ai/hit-test",
+        ],
+        &[("FLEXINFER_GATEWAY_API_PORTS", &format!("{first},{second}"))],
+    )
+    .await;
+    // One Gateway per pool (the bench's requests carry no Host to tell
+    // them apart); the older Gateway holds the first port.
+    for (gateway, pool) in [("gw-hit", "hit"), ("gw-hit-lwepp", "hit-lwepp")] {
+        create(
+            plane,
+            &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": gateway, "namespace": ns},
+                "spec": {"gatewayClassName": "flexinfer-hit", "listeners": [
+                    {"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+        )
+        .expect("Gateway");
+        create(
+            plane,
+            &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": gateway, "namespace": ns},
+                "spec": {"parentRefs": [{"name": gateway}], "rules": [{"backendRefs": [
+                    {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool}]}]}}),
+        )
+        .expect("HTTPRoute");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    let ports: std::collections::BTreeMap<String, u16> = eventually(
+        "both Gateways' Services",
+        Duration::from_secs(30),
+        || async {
+            let list = get(
+                plane,
+                &[
+                    "services",
+                    "-n",
+                    "flexinfer-gwhit",
+                    "-l",
+                    "app.kubernetes.io/managed-by=flexinfer-gateway",
+                ],
+            )?;
+            let by: std::collections::BTreeMap<String, u16> = list["items"]
+                .as_array()?
+                .iter()
+                .filter_map(|s| {
+                    let gw = s["metadata"]["annotations"]["flexinfer.ai/gateway"].as_str()?;
+                    let port = s["spec"]["ports"][0]["targetPort"].as_u64()?;
+                    Some((gw.to_string(), port as u16))
+                })
+                .collect();
+            (by.len() == 2).then_some(by)
+        },
+    )
+    .await;
+    let mut totals = Vec::new();
+    for (gateway, strategy) in [("gw-hit", "pool"), ("gw-hit-lwepp", "lwepp")] {
+        // Fresh pods (empty caches) for each run, as the local run had.
+        let _ = plane.kubectl(&[
+            "delete",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            "app=hit-llm",
+            "--wait=true",
+        ]);
+        for i in 0..4 {
+            let mut pod = pool_pod(&format!("hit-llm-{strategy}-{i}"));
+            pod["metadata"]["namespace"] = json!(ns);
+            pod["metadata"]["labels"] = json!({"app": "hit-llm", MODEL_LABEL: "hit-llm"});
+            pod["spec"]["nodeName"] = json!("gwapi-hit-node");
+            create(plane, &pod).expect("pool pod");
+        }
+        let ips: Vec<String> =
+            eventually("four pool pods Ready", Duration::from_secs(60), || async {
+                let list = get(plane, &["pods", "-n", ns, "-l", "app=hit-llm"])?;
+                let ready: Vec<String> = list["items"]
+                    .as_array()?
+                    .iter()
+                    .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                    .filter(|p| {
+                        condition(&p["status"]["conditions"], "Ready")
+                            .is_some_and(|c| c.0 == "True")
+                    })
+                    .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_owned))
+                    .collect();
+                (ready.len() == 4).then_some(ready)
+            })
+            .await;
+        let port = ports[&format!("{ns}/{gateway}")];
+        // Served through the Gateway by those four pods before measuring.
+        eventually(
+            "the pool served by the new pods",
+            Duration::from_secs(60),
+            || async {
+                let resp = fresh_client()
+                    .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+                    .json(&json!({"model": "hit-llm", "max_tokens": 1,
+                    "messages": [{"role": "user", "content": "warm"}]}))
+                    .send()
+                    .await
+                    .ok()?;
+                let by = resp.headers().get("x-served-by")?.to_str().ok()?.to_owned();
+                (resp.status() == 200 && by.contains(strategy)).then_some(())
+            },
+        )
+        .await;
+        // A round of the engines' load for the picker (--load-scrape-interval).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let report = routing_bench(&[
+            "--url".into(),
+            format!("http://127.0.0.1:{port}"),
+            "--model".into(),
+            "hit-llm".into(),
+            "--pod-metrics".into(),
+            ips.iter()
+                .map(|ip| format!("http://{ip}:8000"))
+                .collect::<Vec<_>>()
+                .join(","),
+            "--label".into(),
+            strategy.into(),
+            "--seed".into(),
+            SEED.into(),
+            "--requests".into(),
+            REQUESTS.into(),
+        ]);
+        totals.push(hit_rate(&report, strategy));
+    }
+    let (pool_rate, lwepp_rate) = (totals[0], totals[1]);
+    eprintln!(
+        "prefix-cache hit rate, shared-prefix workload (seed {SEED}, {REQUESTS} requests, 4 pods): \
+         Model (cache-aware) {:.1} %, HTTPRoute -> InferencePool (FlexInfer's picker) {:.1} %, \
+         HTTPRoute -> InferencePool with lwepp {:.1} %",
+        model_rate * 100.0,
+        pool_rate * 100.0,
+        lwepp_rate * 100.0
+    );
+    assert!(
+        pool_rate >= model_rate - 0.02,
+        "the pool's hit rate {pool_rate:.3} is more than 2 points below the Model's {model_rate:.3}"
+    );
+    assert!(
+        pool_rate > lwepp_rate,
+        "FlexInfer's picker {pool_rate:.3} does not beat lwepp's {lwepp_rate:.3}"
+    );
+    let refused = rel.refused(plane);
+    assert!(
+        refused.is_empty(),
+        "refused: {refused:#?}\nlog: {}",
+        rel.log.display()
+    );
+    drop(flags);
+    rel.uninstall(plane);
+    let _ = plane.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
