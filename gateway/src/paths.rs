@@ -149,7 +149,7 @@ fn under(path: &str, prefix: &str) -> bool {
 /// Refuses dot segments (`.`, `..`, also percent-encoded) and encoded
 /// slashes or backslashes, which a backend may resolve into another path
 /// than the one checked.
-fn check_segments(path: &str) -> Result<(), ApiError> {
+pub fn check_segments(path: &str) -> Result<(), ApiError> {
     // Most paths have nothing to look at: no dot, percent or backslash.
     if !path.bytes().any(|b| matches!(b, b'.' | b'%' | b'\\')) {
         return Ok(());

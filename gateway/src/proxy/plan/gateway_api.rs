@@ -57,6 +57,10 @@ impl Gateway {
             .unwrap_or_default();
         let host = host_without_port(host).to_string();
         let path = req.uri.path().to_string();
+        // Matched as sent, forwarded as sent: a path a backend would resolve
+        // into another one (`/v1/%2e%2e/admin`) would pass a prefix it then
+        // escapes.
+        crate::paths::check_segments(&path)?;
         let Some(matched) = routes.find(&host, &req.method, &path, &req.headers) else {
             return Err(ApiError::route_not_found(&host, &path, &routes.gateway));
         };

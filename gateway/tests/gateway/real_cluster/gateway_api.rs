@@ -103,6 +103,22 @@ fn pool_pod(name: &str) -> Value {
     })
 }
 
+/// A POST of `path` exactly as given, the answer as text.
+async fn raw_post(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: llm.example.com\r\nContent-Type: application/json\r\n\
+         Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+    );
+    conn.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), conn.read_to_string(&mut answer)).await;
+    answer
+}
+
 async fn chat(port: u16, path: &str, prompt: &str) -> (u16, Option<String>, String) {
     let resp = fresh_client()
         .post(format!("http://127.0.0.1:{port}{path}"))
@@ -330,6 +346,18 @@ async fn gateway_api_routes_a_pool_through_flexinfers_picker_and_reports_status(
     assert_eq!(status, 404, "{body}");
     let error: Value = serde_json::from_str(&body).expect("JSON error");
     assert_eq!(error["error"]["code"], "route_not_found");
+    // A path that escapes its route's prefix once a backend resolves it.
+    // Sent raw: HTTP clients resolve dot segments (even encoded) themselves.
+    for sneaky in [
+        "/v1/%2e%2e/sim/requests",
+        "/v1/chat/%2E./x",
+        "/v1/../sim/requests",
+        "/v1%2fchat",
+    ] {
+        let answer = raw_post(first, sneaky).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{sneaky}: {answer}");
+        assert!(answer.contains("invalid_path"), "{sneaky}: {answer}");
+    }
     let (status, _, body) = chat(first, "/broken/v1/chat/completions", "x").await;
     assert_eq!(status, 500, "a rule whose backend does not resolve: {body}");
     // The proxy port knows no pool as a model: a pool is reached through
