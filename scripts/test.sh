@@ -56,7 +56,11 @@ fi
 cargo test -p flexinfer-gateway --test gateway --no-fail-fast -- fault_lane::
 # Everything else, the chart scenario lane (gateway/tests/gateway/chart_scenarios.rs)
 # included.
-cargo test --workspace --no-fail-fast -- --skip fault_lane::
+cargo test --workspace --no-fail-fast -- --skip fault_lane:: --skip gaie_conformance_suite
+# GAIE's conformance suite on the real node (about fifteen pods on two
+# cores): on its own, so that its load does not slow the timing-bound tests
+# above.
+cargo test -p flexinfer-gateway --test gateway --no-fail-fast -- gaie_conformance_suite
 # The conformance suite's quick profile against a gateway and simulator started on loopback.
 "${CARGO_TARGET_DIR:-target}/debug/flexinfer-conformance" run --local --profile quick
 # The host as the lanes found it.
