@@ -120,26 +120,17 @@ fn header(key: &str, value: &[u8]) -> EnvoyHeader {
     }
 }
 
-/// A request head as Envoy sends it: `:method`, `:path`, `:authority`,
-/// `:scheme`, then every header.
-pub fn request_headers(
-    method: &str,
-    path_and_query: &str,
-    authority: &str,
-    headers: &HeaderMap,
-    end_of_stream: bool,
-) -> HttpHeaders {
-    let mut list = vec![
-        header(":method", method.as_bytes()),
-        header(":path", path_and_query.as_bytes()),
-        header(":authority", authority.as_bytes()),
-        header(":scheme", b"http"),
-    ];
-    list.extend(
-        headers
-            .iter()
-            .map(|(name, value)| header(name.as_str(), value.as_bytes())),
-    );
+/// A head as Envoy sends it: the pseudo-headers, then every header.
+fn head(pseudo: &[(&str, &[u8])], headers: &HeaderMap, end_of_stream: bool) -> HttpHeaders {
+    let list = pseudo
+        .iter()
+        .map(|(key, value)| header(key, value))
+        .chain(
+            headers
+                .iter()
+                .map(|(name, value)| header(name.as_str(), value.as_bytes())),
+        )
+        .collect();
     HttpHeaders {
         headers: Some(EnvoyHeaders { headers: list }),
         end_of_stream,
@@ -147,19 +138,31 @@ pub fn request_headers(
     }
 }
 
+/// A request head: `:method`, `:path`, `:authority`, `:scheme`, then
+/// every header.
+pub fn request_headers(
+    method: &str,
+    path_and_query: &str,
+    authority: &str,
+    headers: &HeaderMap,
+    end_of_stream: bool,
+) -> HttpHeaders {
+    let pseudo: [(&str, &[u8]); 4] = [
+        (":method", method.as_bytes()),
+        (":path", path_and_query.as_bytes()),
+        (":authority", authority.as_bytes()),
+        (":scheme", b"http"),
+    ];
+    head(&pseudo, headers, end_of_stream)
+}
+
 /// A response head: `:status`, then every header.
 pub fn response_headers(status: u16, headers: &HeaderMap) -> HttpHeaders {
-    let mut list = vec![header(":status", status.to_string().as_bytes())];
-    list.extend(
-        headers
-            .iter()
-            .map(|(name, value)| header(name.as_str(), value.as_bytes())),
-    );
-    HttpHeaders {
-        headers: Some(EnvoyHeaders { headers: list }),
-        end_of_stream: false,
-        ..HttpHeaders::default()
-    }
+    head(
+        &[(":status", status.to_string().as_bytes())],
+        headers,
+        false,
+    )
 }
 
 /// `envoy.lb: {x-gateway-destination-endpoint-served: ip:port}`.

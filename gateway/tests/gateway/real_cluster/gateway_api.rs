@@ -92,6 +92,43 @@ async fn route_status(plane: &ControlPlane, route: &str, resolved: (&str, &str))
     .await
 }
 
+/// A simulated kubelet on Node `node` running the pods of `namespace`
+/// labelled with model `model` as `flexinfer-sim` processes (with the
+/// extra flags `flags` holds for it), on addresses of a pod network; and
+/// the host's address on that network.
+async fn pool_kubelet(
+    plane: &ControlPlane,
+    node: &str,
+    namespace: &str,
+    model: &str,
+    flags: &SimFlags,
+) -> (flexinfer_testkube::real::RealKubelet, std::net::Ipv4Addr) {
+    use flexinfer_testkube::real::{KubeletConfig, PodNetwork, RealKubelet};
+    let logs = plane.dir().join(format!("pods-{node}"));
+    std::fs::create_dir_all(&logs).expect("log folder");
+    let network = std::sync::Arc::new(
+        PodNetwork::create().expect("a network namespace for pods (needs root and `ip`)"),
+    );
+    let host = network.host_ip();
+    let flags = flags.clone();
+    let kubelet = RealKubelet::start(
+        plane.client().await,
+        KubeletConfig {
+            node: node.into(),
+            node_labels: json!({"kubernetes.io/hostname": node}),
+            capacity: json!({"cpu": "16", "memory": "64Gi", "pods": "110"}),
+            selector: format!("{MODEL_LABEL}={model}"),
+            namespace: Some(namespace.into()),
+            bind_unscheduled: false,
+            runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &flags, &logs)),
+            network: Some(network),
+        },
+    )
+    .await
+    .expect("kubelet");
+    (kubelet, host)
+}
+
 fn pool_pod(name: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -146,33 +183,13 @@ async fn chat(port: u16, path: &str, prompt: &str) -> (u16, Option<String>, Stri
 /// The API server refuses the gateway's account nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_api_routes_a_pool_through_flexinfers_picker_and_reports_status() {
-    use flexinfer_testkube::real::{KubeletConfig, PodNetwork, RealKubelet};
     let Some(plane) = plane() else { return };
     if !install_gateway_api_crds(plane) {
         return;
     }
     // The pool's pods, on a kubelet of their own.
-    let logs = plane.dir().join("pods-gwapi-node");
-    std::fs::create_dir_all(&logs).expect("log folder");
     let flags = SimFlags::default();
-    let runner_flags = flags.clone();
-    let _kubelet = RealKubelet::start(
-        plane.client().await,
-        KubeletConfig {
-            node: "gwapi-node".into(),
-            node_labels: json!({"kubernetes.io/hostname": "gwapi-node"}),
-            capacity: json!({"cpu": "16", "memory": "64Gi", "pods": "110"}),
-            selector: format!("{MODEL_LABEL}=pool-llm"),
-            namespace: Some("gwapi-apps".into()),
-            bind_unscheduled: false,
-            runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &runner_flags, &logs)),
-            network: Some(std::sync::Arc::new(
-                PodNetwork::create().expect("a network namespace for pods (needs root and `ip`)"),
-            )),
-        },
-    )
-    .await
-    .expect("kubelet");
+    let (_kubelet, _) = pool_kubelet(plane, "gwapi-node", "gwapi-apps", "pool-llm", &flags).await;
     for ns in ["gwapi-apps", "gwapi-infra"] {
         let _ = create(
             plane,
@@ -543,7 +560,6 @@ fn p50(mut samples: Vec<Duration>) -> Duration {
 /// pool's requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_picker_picks_and_a_dead_or_slow_one_is_contained() {
-    use flexinfer_testkube::real::{KubeletConfig, PodNetwork, RealKubelet};
     let Some(plane) = plane() else { return };
     if !install_gateway_api_crds(plane) {
         return;
@@ -556,29 +572,9 @@ async fn an_external_picker_picks_and_a_dead_or_slow_one_is_contained() {
     let Some(_picker) = lwepp(plane, "gwapi-epp", "picked", grpc) else {
         return;
     };
-    let logs = plane.dir().join("pods-gwapi-epp-node");
-    std::fs::create_dir_all(&logs).expect("log folder");
     let flags = SimFlags::default();
-    let runner_flags = flags.clone();
-    let network = std::sync::Arc::new(
-        PodNetwork::create().expect("a network namespace for pods (needs root and `ip`)"),
-    );
-    let host = network.host_ip();
-    let _kubelet = RealKubelet::start(
-        plane.client().await,
-        KubeletConfig {
-            node: "gwapi-epp-node".into(),
-            node_labels: json!({"kubernetes.io/hostname": "gwapi-epp-node"}),
-            capacity: json!({"cpu": "16", "memory": "64Gi", "pods": "110"}),
-            selector: format!("{MODEL_LABEL}=epp-llm"),
-            namespace: Some("gwapi-epp".into()),
-            bind_unscheduled: false,
-            runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &runner_flags, &logs)),
-            network: Some(network.clone()),
-        },
-    )
-    .await
-    .expect("kubelet");
+    let (_kubelet, host) =
+        pool_kubelet(plane, "gwapi-epp-node", "gwapi-epp", "epp-llm", &flags).await;
     for name in ["epp-llm-a", "epp-llm-b"] {
         let mut pod = pool_pod(name);
         pod["metadata"]["namespace"] = json!("gwapi-epp");
@@ -624,6 +620,9 @@ async fn an_external_picker_picks_and_a_dead_or_slow_one_is_contained() {
         &[
             ("FLEXINFER_GATEWAY_API_PORTS", &slot.to_string()),
             ("FLEXINFER_GATEWAY_API_PICKER_TIMEOUT", "2s"),
+            // One request at a time per picker: a slot a request kept
+            // after its client left would show.
+            ("FLEXINFER_GATEWAY_API_PICKER_MAX_IN_FLIGHT", "1"),
         ],
     )
     .await;
@@ -774,6 +773,34 @@ async fn an_external_picker_picks_and_a_dead_or_slow_one_is_contained() {
         waited >= Duration::from_secs(1),
         "served only after the bound: {waited:?}"
     );
+    // A client that leaves while its request waits for the silent picker:
+    // the gateway hears of it only when it answers (no read is pending on
+    // the connection before then), so the request keeps the picker's one
+    // slot until its pick gives up (the 1 s bound), and no longer: the next
+    // request to that pool waits for the picker again (it would be failed
+    // open at once if the slot were never given back).
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .expect("client");
+    let left = impatient
+        .post(format!("http://127.0.0.1:{slot}/slow/v1/chat/completions"))
+        .json(&json!({"model": "epp-llm", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await;
+    assert!(left.is_err(), "the client gave up before the pick");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = std::time::Instant::now();
+    assert_eq!(
+        post(slot, "/slow/v1/chat/completions", None).await.status(),
+        200
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the picker's slot was still held: failed open after {:?}",
+        started.elapsed()
+    );
 
     // What the picker adds: p50 of sequential requests through lwepp and
     // through FlexInfer's own picker, on this machine.
@@ -875,7 +902,6 @@ fn hit_rate(report: &Value, strategy: &str) -> f64 {
 /// above lwepp's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_without_a_picker_hits_the_prefix_caches_as_a_model_does() {
-    use flexinfer_testkube::real::{KubeletConfig, PodNetwork, RealKubelet};
     let Some(plane) = plane() else { return };
     if !install_gateway_api_crds(plane) {
         return;
@@ -904,8 +930,6 @@ async fn a_pool_without_a_picker_hits_the_prefix_caches_as_a_model_does() {
     let Some(_picker) = lwepp(plane, ns, "hit-lwepp", grpc) else {
         return;
     };
-    let logs = plane.dir().join("pods-gwapi-hit-node");
-    std::fs::create_dir_all(&logs).expect("log folder");
     // The pods run the bench's own simulator settings.
     let flags = SimFlags::default();
     flags.lock().unwrap().insert(
@@ -928,26 +952,7 @@ async fn a_pool_without_a_picker_hits_the_prefix_caches_as_a_model_does() {
             sim["max_num_seqs"].to_string(),
         ],
     );
-    let runner_flags = flags.clone();
-    let network = std::sync::Arc::new(
-        PodNetwork::create().expect("a network namespace for pods (needs root and `ip`)"),
-    );
-    let host = network.host_ip();
-    let _kubelet = RealKubelet::start(
-        plane.client().await,
-        KubeletConfig {
-            node: "gwapi-hit-node".into(),
-            node_labels: json!({"kubernetes.io/hostname": "gwapi-hit-node"}),
-            capacity: json!({"cpu": "16", "memory": "64Gi", "pods": "110"}),
-            selector: format!("{MODEL_LABEL}=hit-llm"),
-            namespace: Some(ns.into()),
-            bind_unscheduled: false,
-            runner: std::sync::Arc::new(move |pod, ip| sim_process(pod, ip, &runner_flags, &logs)),
-            network: Some(network),
-        },
-    )
-    .await
-    .expect("kubelet");
+    let (_kubelet, host) = pool_kubelet(plane, "gwapi-hit-node", ns, "hit-llm", &flags).await;
     picker_service(plane, ns, "epp", host, grpc);
     for (pool, picker) in [("hit", None), ("hit-lwepp", Some("epp"))] {
         let mut spec = json!({"selector": {"matchLabels": {"app": "hit-llm"}},
