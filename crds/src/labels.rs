@@ -110,6 +110,11 @@ pub const ROUTING: &str = "flexinfer.ai/routing";
 /// `blocksPerEndpoint`, `loadBoundFloor`, `matchThreshold`), as the model
 /// file's `cacheAware`.
 pub const CACHE_AWARE: &str = "flexinfer.ai/cache-aware";
+/// Model annotation: mid-stream failover, `on`, `off` (the default) or
+/// the APIs whose streams are resumed on another endpoint when their engine
+/// fails mid-answer (`chat`, `completions`, comma-separated), as the model
+/// file's `streamFailover`.
+pub const STREAM_FAILOVER: &str = "flexinfer.ai/stream-failover";
 /// Model annotation: requests each endpoint serves at once (a positive
 /// integer); more wait in the gateway's queue by priority and tenant.
 pub const MAX_CONCURRENCY: &str = "flexinfer.ai/max-concurrency";
@@ -346,6 +351,7 @@ mod tests {
             NODE_GPU_FREE_MEMORY,
             VRAM_ESTIMATE_MB,
             ROUTING,
+            STREAM_FAILOVER,
         ] {
             assert!(key.starts_with(PREFIX), "{key}");
         }

@@ -16,7 +16,7 @@ use flexinfer_operator::lifecycle::{ModelStatus, Phase};
 use tokio::sync::{oneshot, watch};
 
 use crate::errors::ApiError;
-use crate::flow::{Class, FairQueue, Waiter};
+use crate::flow::{Class, FairQueue, UsageBands, Waiter};
 use crate::kube::backoff::ActivationBackoff;
 
 /// Seconds a client is told to wait after a full queue when no start is
@@ -335,6 +335,8 @@ pub struct ActivationQueues {
     settings: QueueSettings,
     queues: Mutex<HashMap<String, Arc<ModelQueue>>>,
     tickets: AtomicU64,
+    /// Tenants' usage bands, when tenants' fleet usage orders the turns.
+    bands: Option<UsageBands>,
 }
 
 /// What happened to a request that had to wait.
@@ -396,7 +398,14 @@ impl ActivationQueues {
             settings,
             queues: Mutex::new(HashMap::new()),
             tickets: AtomicU64::new(0),
+            bands: None,
         }
+    }
+
+    /// Gives the turns between tenants by their usage `bands` ([`crate::flow`]).
+    pub fn with_usage_bands(mut self, bands: Option<UsageBands>) -> Self {
+        self.bands = bands;
+        self
     }
 
     /// Retries a failed activation with `backoff` while its requests wait
@@ -430,7 +439,13 @@ impl ActivationQueues {
 
     fn queue(&self, model: &str) -> Arc<ModelQueue> {
         let mut map = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        map.entry(model.to_string()).or_default().clone()
+        map.entry(model.to_string())
+            .or_insert_with(|| {
+                let queue = ModelQueue::default();
+                queue.lock().waiting = FairQueue::with_bands(self.bands.clone());
+                Arc::new(queue)
+            })
+            .clone()
     }
 
     /// Requests waiting for `model` now.

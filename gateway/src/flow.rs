@@ -2,8 +2,15 @@
 //! between the tenants of one class in turns (the tenant served longest ago
 //! goes next), so that a tenant sending more requests gets no more turns
 //! than one sending few. Within a tenant, oldest first.
+//!
+//! With tenants' usage known ([`UsageBands`]: their recent usage across
+//! every gateway replica, [`crate::tenants::fleet_usage`]), the turn goes
+//! to the waiting tenant in the lowest band of usage, and tenants of one
+//! band take turns: a tenant that used much of the fleet lately, on any
+//! replica, waits behind one that used little.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::fmt;
 use std::sync::Arc;
 
 use crate::tenants::Priority;
@@ -53,6 +60,20 @@ pub struct Waiter {
     pub tenant: Arc<str>,
 }
 
+/// Each tenant's band of recent usage (0: none or little); lower bands are
+/// served first.
+#[derive(Clone)]
+pub struct UsageBands(pub Arc<dyn Fn(&str) -> u64 + Send + Sync>);
+
+impl fmt::Debug for UsageBands {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("UsageBands")
+    }
+}
+
+/// A tenant's place in its class's turns: (last served, oldest ticket, tenant).
+type Turn = (u64, u64, Arc<str>);
+
 /// One tenant's waiters in one class.
 #[derive(Debug)]
 struct TenantQueue<T> {
@@ -66,7 +87,7 @@ struct ClassQueue<T> {
     tenants: HashMap<Arc<str>, TenantQueue<T>>,
     /// Tenants with waiters, by (last served, oldest ticket): the first is
     /// the one whose turn it is.
-    turns: BTreeSet<(u64, u64, Arc<str>)>,
+    turns: BTreeSet<Turn>,
     /// Turns given so far.
     served: u64,
 }
@@ -97,8 +118,25 @@ impl<T> ClassQueue<T> {
         queue.items.push_back((ticket, item));
     }
 
-    fn pop(&mut self) -> Option<(u64, T)> {
-        let (_, _, tenant) = self.turns.pop_first()?;
+    fn pop(&mut self, bands: Option<&UsageBands>) -> Option<(u64, T)> {
+        let (_, _, tenant) = match bands {
+            Some(bands) if self.turns.len() > 1 => {
+                // The lowest band; within it, whose turn it is.
+                let mut lowest: Option<(u64, &Turn)> = None;
+                for turn in &self.turns {
+                    let band = (bands.0)(&turn.2);
+                    if lowest.is_none_or(|(b, _)| band < b) {
+                        lowest = Some((band, turn));
+                    }
+                    if band == 0 {
+                        break;
+                    }
+                }
+                let turn = lowest?.1.clone();
+                self.turns.take(&turn)?
+            }
+            _ => self.turns.pop_first()?,
+        };
         let queue = self.tenants.get_mut(&tenant)?;
         let item = queue.items.pop_front()?;
         self.served += 1;
@@ -144,6 +182,7 @@ impl<T> ClassQueue<T> {
 pub struct FairQueue<T> {
     classes: [ClassQueue<T>; CLASSES],
     len: usize,
+    bands: Option<UsageBands>,
 }
 
 impl<T> Default for FairQueue<T> {
@@ -151,11 +190,20 @@ impl<T> Default for FairQueue<T> {
         Self {
             classes: Default::default(),
             len: 0,
+            bands: None,
         }
     }
 }
 
 impl<T> FairQueue<T> {
+    /// A queue whose turns go by tenants' usage `bands`, when given.
+    pub fn with_bands(bands: Option<UsageBands>) -> Self {
+        Self {
+            bands,
+            ..Self::default()
+        }
+    }
+
     /// Items waiting.
     pub fn len(&self) -> usize {
         self.len
@@ -175,7 +223,8 @@ impl<T> FairQueue<T> {
     /// The next item to serve: the highest class with a waiter; in it, the
     /// oldest item of the tenant served longest ago.
     pub fn pop(&mut self) -> Option<(u64, T)> {
-        let item = self.classes.iter_mut().find_map(ClassQueue::pop)?;
+        let bands = self.bands.as_ref();
+        let item = self.classes.iter_mut().find_map(|c| c.pop(bands))?;
         self.len -= 1;
         Some(item)
     }
@@ -271,6 +320,33 @@ mod tests {
         assert_eq!(q.len(), 1);
         assert_eq!(q.pop(), Some((1, "a1")));
         assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn tenants_that_used_less_of_the_fleet_go_first_and_one_band_takes_turns() {
+        let used: HashMap<&str, u64> = [("heavy", 3), ("light", 0), ("light2", 0)].into();
+        let bands = UsageBands(Arc::new(move |t: &str| used.get(t).copied().unwrap_or(0)));
+        let mut q = FairQueue::with_bands(Some(bands));
+        let mut ticket = 0;
+        for tenant in ["heavy", "heavy", "light", "heavy", "light2", "light"] {
+            ticket += 1;
+            q.push(&who(Class::Normal, tenant), ticket, tenant);
+        }
+        // A higher class still goes first, whatever its usage.
+        q.push(&who(Class::High, "heavy"), 99, "heavy-high");
+        let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(_, n)| n)).collect();
+        assert_eq!(
+            order,
+            [
+                "heavy-high",
+                "light",
+                "light2",
+                "light",
+                "heavy",
+                "heavy",
+                "heavy"
+            ]
+        );
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub mod peers;
 pub mod proxy;
 pub mod ratelimit;
 pub mod registry;
+pub mod resume;
 pub mod rewrite;
 pub mod routing;
 pub mod runtime_thread;

@@ -85,6 +85,9 @@ pub struct Metrics {
     pub held_streams: IntCounterVec,
     /// Progress comments sent to held streams, by model.
     pub held_comments: IntCounterVec,
+    /// Streams whose engine failed mid-answer on a model with stream
+    /// failover, by model and outcome (`resumed`, `closed`, `failed`).
+    pub stream_resumes: IntCounterVec,
     /// Gateway API: time an InferencePool's endpoint picker took to pick,
     /// by pool and outcome (`picked`, `refused`, `failed_open`,
     /// `failed_closed`).
@@ -293,6 +296,11 @@ impl Metrics {
                 "flexinfer_proxy_held_progress_comments_total",
                 "SSE progress comments sent to streaming requests held for their model.",
                 &["model"],
+            ),
+            stream_resumes: counter(
+                "flexinfer_proxy_stream_resumes_total",
+                "Streams of models with stream failover whose engine failed mid-answer, by outcome: resumed (another endpoint was asked to continue the answer), closed (the answer had finished: only its end was sent), failed (it could not be continued: an error event ended it).",
+                &["model", "outcome"],
             ),
             picker_seconds: histogram(
                 "flexinfer_proxy_gateway_api_picker_seconds",

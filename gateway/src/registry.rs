@@ -45,6 +45,8 @@ pub struct ModelRoute {
     pub context_window: Option<u64>,
     /// Whether requests that cannot fit the window are refused.
     pub context_admission: bool,
+    /// APIs whose streams are resumed on another endpoint mid-answer.
+    pub stream_failover: crate::resume::StreamFailover,
     /// The model's per-request metric series, once looked up.
     pub meters: crate::metrics::MeterCache,
 }
@@ -254,6 +256,7 @@ fn build_route(
         max_concurrency: model.max_concurrency,
         context_window: model.context_window,
         context_admission: model.context_admission,
+        stream_failover: model.stream_failover,
         meters: Default::default(),
     }
 }

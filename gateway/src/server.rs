@@ -208,6 +208,11 @@ fn gateway(
         ..ProxySettings::default()
     };
     mode.upstreams.apply(&mut settings);
+    // Turns between tenants in the queues go by their usage across the fleet.
+    let bands = tenants.as_ref().map(|t| {
+        let usage = t.usage().clone();
+        crate::flow::UsageBands(Arc::new(move |tenant: &str| usage.band(tenant)))
+    });
     let mut gateway = Gateway::new(
         mode.routes.clone(),
         tenants,
@@ -234,8 +239,9 @@ fn gateway(
         retried: metrics.activation_retries.clone(),
         waited: metrics.activation_retry_wait.clone(),
     });
-    let queues =
-        ActivationQueues::new(mode.lifecycle.clone(), queue_settings).with_backoff(backoff);
+    let queues = ActivationQueues::new(mode.lifecycle.clone(), queue_settings)
+        .with_backoff(backoff)
+        .with_usage_bands(bands);
     Ok(gateway.with_activation(Arc::new(queues)))
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::config::SimConfig;
+use super::continuation::Continuation;
 use super::error::ApiError;
 use super::metrics::FinishReason;
 use super::prefix_cache::{CacheKey, Prompt};
@@ -35,6 +36,9 @@ pub struct Plan {
     pub finish: FinishReason,
     /// Seed of each choice's text, indexed by choice.
     pub seeds: Vec<u64>,
+    /// Index of the first token generated: the tokens before it are already
+    /// in the request (see [`super::continuation`]); 0 for a fresh answer.
+    pub start: u32,
     /// Stream the answer.
     pub stream: bool,
     /// Send a usage chunk at the end of a stream.
@@ -52,6 +56,32 @@ impl Plan {
         prompts: &[Prompt],
         fields: &SamplingFields,
         what: &str,
+    ) -> Result<Self, ApiError> {
+        Self::build(config, model, prompts, fields, what, None)
+    }
+
+    /// [`Plan::new`] for a request whose `prompts` (one) end with the first
+    /// `from.start` tokens of an earlier answer: it generates that answer's
+    /// next tokens, and without a length it stops where the answer did,
+    /// possibly at once (no tokens, finish `stop`).
+    pub fn continuing(
+        config: &SimConfig,
+        model: String,
+        prompts: &[Prompt],
+        from: &Continuation,
+        fields: &SamplingFields,
+        what: &str,
+    ) -> Result<Self, ApiError> {
+        Self::build(config, model, prompts, fields, what, Some(from))
+    }
+
+    fn build(
+        config: &SimConfig,
+        model: String,
+        prompts: &[Prompt],
+        fields: &SamplingFields,
+        what: &str,
+        from: Option<&Continuation>,
     ) -> Result<Self, ApiError> {
         let stream = fields.stream.unwrap_or(false);
         if fields.stream_options.is_some() && !stream {
@@ -73,6 +103,8 @@ impl Plan {
         }
         let prompt_tokens = total_prompt_tokens(prompts);
         let longest_prompt = prompts.iter().map(Prompt::tokens).max().unwrap_or(1);
+        // Lengths of a continuation are those of the uninterrupted answer.
+        let (origin, start) = from.map_or((longest_prompt, 0), |c| (c.origin_tokens, c.start));
         let max_len = config.max_model_len;
         let requested = fields.max_completion_tokens.or(fields.max_tokens);
         let (completion_tokens, finish) = match requested {
@@ -85,25 +117,28 @@ impl Plan {
             None => (
                 config
                     .default_max_tokens
-                    .min(max_len.saturating_sub(longest_prompt)),
+                    .min(max_len.saturating_sub(origin))
+                    .saturating_sub(start),
                 FinishReason::Stop,
             ),
         };
-        let total = longest_prompt.saturating_add(completion_tokens);
-        if completion_tokens == 0 || total > max_len {
+        let context = origin.saturating_add(start);
+        let total = context.saturating_add(completion_tokens);
+        if (completion_tokens == 0 && from.is_none()) || total > max_len {
             return Err(ApiError::bad_request(format!(
                 "This model's maximum context length is {max_len} tokens. However, you requested \
-                 {total} tokens ({longest_prompt} in the {what}, {completion_tokens} in the \
+                 {total} tokens ({context} in the {what}, {completion_tokens} in the \
                  completion). Please reduce the length of the {what} or completion."
             )));
         }
-        let seeds = prompts
-            .iter()
-            .flat_map(|p| {
-                let seed = synth::seed(&model, &p.text);
-                (0..n).map(move |j| seed.wrapping_add(u64::from(j)))
-            })
-            .collect::<Vec<_>>();
+        let choices = |seed: u64| (0..n).map(move |j| seed.wrapping_add(u64::from(j)));
+        let seeds = match from {
+            Some(c) => choices(c.seed).collect::<Vec<_>>(),
+            None => prompts
+                .iter()
+                .flat_map(|p| choices(synth::seed(&model, &p.text)))
+                .collect(),
+        };
         Ok(Self {
             choices: u32::try_from(seeds.len()).unwrap_or(u32::MAX),
             include_usage: fields
@@ -122,9 +157,16 @@ impl Plan {
             completion_tokens,
             finish,
             seeds,
+            start,
             stream,
             tool_call: None,
         })
+    }
+
+    /// Starts the text at token `start` of its seed instead of token 0.
+    pub fn starting_at(mut self, start: u32) -> Self {
+        self.start = start;
+        self
     }
 
     /// Makes the answer `call`: its arguments are the output, one token per
@@ -169,14 +211,15 @@ impl Plan {
 
     /// The full text of choice `index`.
     pub fn text(&self, index: usize) -> String {
-        let seed = self.seeds.get(index).copied().unwrap_or_default();
-        synth::completion_text(seed, self.completion_tokens)
+        (0..self.completion_tokens)
+            .map(|token| self.token(index, token))
+            .collect()
     }
 
-    /// Token `token` of choice `index`.
+    /// Token `token` (0-based within this answer) of choice `index`.
     pub fn token(&self, index: usize, token: u32) -> String {
         let seed = self.seeds.get(index).copied().unwrap_or_default();
-        synth::token_text(seed, token)
+        synth::token_text(seed, self.start.saturating_add(token))
     }
 }
 
@@ -433,6 +476,106 @@ mod tests {
                 "prompt_tokens_details": {"cached_tokens": 4}
             })
         );
+    }
+
+    #[test]
+    fn a_continuation_ends_where_the_answer_did() {
+        let config = SimConfig {
+            default_max_tokens: 10,
+            max_model_len: 20,
+            ..SimConfig::default()
+        };
+        let whole = Plan::new(
+            &config,
+            "m".into(),
+            &[Prompt::from_text("abc")],
+            &fields(None),
+            "prompt",
+        )
+        .expect("plan");
+        let text = whole.text(0);
+        let from = |start: u32| Continuation {
+            seed: whole.seeds[0],
+            start,
+            origin_tokens: whole.prompt_tokens,
+        };
+        let rest = |start: u32, max_tokens: Option<u32>| {
+            let sent = synth::completion_text(whole.seeds[0], start);
+            let prompt = Prompt::from_text(format!("abc{sent}"));
+            let plan = Plan::continuing(
+                &config,
+                "m".into(),
+                std::slice::from_ref(&prompt),
+                &from(start),
+                &fields(max_tokens),
+                "prompt",
+            );
+            plan.map(|p| {
+                assert_eq!(p.prompt_tokens, prompt.tokens());
+                assert_eq!(
+                    p.cache_key,
+                    CacheKey::new(&prompt.rendered, config.block_size)
+                );
+                (sent, p)
+            })
+        };
+        for start in [1, 4, 9] {
+            let (sent, plan) = rest(start, None).expect("plan");
+            assert_eq!(
+                (plan.completion_tokens, plan.finish),
+                (10 - start, FinishReason::Stop)
+            );
+            assert_eq!(format!("{sent}{}", plan.text(0)), text);
+            let streamed: String = (0..plan.completion_tokens)
+                .map(|t| plan.token(0, t))
+                .collect();
+            assert_eq!(streamed, plan.text(0));
+            let (_, limited) = rest(start, Some(3)).expect("plan");
+            assert_eq!(
+                (limited.completion_tokens, limited.finish),
+                (3, FinishReason::Length)
+            );
+            assert_eq!(
+                format!("{sent}{}", limited.text(0)),
+                synth::completion_text(whole.seeds[0], start + 3)
+            );
+        }
+        for start in [10, 12] {
+            let (_, done) = rest(start, None).expect("plan");
+            assert_eq!(
+                (done.completion_tokens, done.finish),
+                (0, FinishReason::Stop)
+            );
+            assert_eq!(done.text(0), "");
+        }
+        // The context counts the original prompt and all the answer's tokens.
+        assert!(rest(9, Some(10)).is_ok());
+        let long = rest(9, Some(11)).expect_err("too long");
+        assert!(
+            long.message.contains("(10 in the prompt, 11 in"),
+            "{}",
+            long.message
+        );
+        assert!(rest(9, Some(0)).is_err());
+    }
+
+    #[test]
+    fn a_plan_may_start_later_in_its_text() {
+        let plan = Plan::new(
+            &SimConfig::default(),
+            "m".into(),
+            &[Prompt::from_text("a")],
+            &fields(Some(3)),
+            "prompt",
+        )
+        .expect("plan");
+        let later = plan.clone().starting_at(2);
+        assert_eq!(plan.start, 0);
+        let expected: String = (2..5)
+            .map(|i| synth::token_text(plan.seeds[0], i))
+            .collect();
+        assert_eq!(later.text(0), expected);
+        assert!(later.text(0).starts_with(' '));
     }
 
     #[test]

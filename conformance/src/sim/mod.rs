@@ -13,6 +13,7 @@ pub mod admission;
 pub mod cli;
 pub mod completion;
 pub mod config;
+pub mod continuation;
 pub mod error;
 pub mod generation;
 pub mod handlers;

@@ -84,9 +84,21 @@ pub struct ChatRequest {
     /// Deprecated choice among `functions`.
     #[serde(default)]
     pub function_call: Option<Value>,
+    /// vLLM: continue the final (assistant) message instead of starting a
+    /// new turn (see [`crate::sim::continuation`]).
+    #[serde(default)]
+    pub continue_final_message: bool,
+    /// vLLM: open a new assistant turn after the conversation; must be false
+    /// with `continue_final_message`.
+    #[serde(default = "yes")]
+    pub add_generation_prompt: bool,
     /// Sampling and streaming fields.
     #[serde(flatten)]
     pub sampling: SamplingFields,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One chat message; only its text matters to the simulator.
@@ -119,6 +131,9 @@ impl ChatMessage {
 pub struct CompletionRequest {
     /// A string, strings, token ids, or lists of token ids; required.
     pub prompt: Value,
+    /// Echo the prompt (not done; only turns off recognising a continuation).
+    #[serde(default)]
+    pub echo: Option<bool>,
     /// Sampling and streaming fields.
     #[serde(flatten)]
     pub sampling: SamplingFields,
@@ -265,5 +280,6 @@ mod tests {
         assert_eq!(ok.messages[0].text(), "hi");
         assert_eq!(ok.sampling.max_tokens, Some(3));
         assert_eq!(ok.sampling.stream, Some(true));
+        assert!(!ok.continue_final_message && ok.add_generation_prompt);
     }
 }

@@ -65,14 +65,56 @@ pub fn count_tokens(text: &str) -> u32 {
     u32::try_from(text.split_whitespace().count()).unwrap_or(u32::MAX)
 }
 
+/// Length in bytes of the longest vocabulary word.
+pub const MAX_WORD_LEN: usize = 9;
+
+/// The vocabulary by length and last letter: bit `i` of entry
+/// `len * 26 + (last - b'a')` is set for word `i`.
+const WORD_INDEX: [u64; (MAX_WORD_LEN + 1) * 26] = {
+    assert!(WORDS.len() <= 64);
+    let mut index = [0u64; (MAX_WORD_LEN + 1) * 26];
+    let mut i = 0;
+    while i < WORDS.len() {
+        let word = WORDS[i].as_bytes();
+        index[word.len() * 26 + (word[word.len() - 1] - b'a') as usize] |= 1 << i;
+        i += 1;
+    }
+    index
+};
+
+/// Whether `text` is one vocabulary word (one generated token without its space).
+pub fn is_word(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let Some(last) = bytes.last().filter(|b| b.is_ascii_lowercase()) else {
+        return false;
+    };
+    if bytes.len() > MAX_WORD_LEN {
+        return false;
+    }
+    let mut candidates = WORD_INDEX[bytes.len() * 26 + usize::from(last - b'a')];
+    while candidates != 0 {
+        if WORDS[candidates.trailing_zeros() as usize] == text {
+            return true;
+        }
+        candidates &= candidates - 1;
+    }
+    false
+}
+
 /// A stable 64-bit seed for a model and prompt (FNV-1a), independent of process and platform.
 pub fn seed(model: &str, prompt: &str) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in model.bytes().chain([0]).chain(prompt.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    let state = seed_extend(0xcbf2_9ce4_8422_2325, model.as_bytes());
+    seed_extend(seed_extend(state, &[0]), prompt.as_bytes())
+}
+
+/// FNV-1a is a rolling hash: `seed(m, a + b) == seed_extend(seed(m, a), b)`,
+/// so the seeds of all prefixes of a text come from one pass over it.
+pub fn seed_extend(mut state: u64, bytes: &[u8]) -> u64 {
+    for byte in bytes {
+        state ^= u64::from(*byte);
+        state = state.wrapping_mul(0x0100_0000_01b3);
     }
-    hash
+    state
 }
 
 /// SplitMix64: a tiny, well-mixed step function for deterministic streams of numbers.
@@ -92,13 +134,18 @@ pub fn word(n: u64) -> &'static str {
 /// The text of generated token `index` of the text seeded by `seed`: a word,
 /// preceded by a space except for the first token.
 pub fn token_text(seed: u64, index: u32) -> String {
-    let mut state = seed ^ u64::from(index).rotate_left(32);
-    let word = WORDS[(splitmix64(&mut state) % WORDS.len() as u64) as usize];
+    let word = token_word(seed, index);
     if index == 0 {
         word.to_owned()
     } else {
         format!(" {word}")
     }
+}
+
+/// The word of generated token `index` of the text seeded by `seed` (its text without the space).
+pub fn token_word(seed: u64, index: u32) -> &'static str {
+    let mut state = seed ^ u64::from(index).rotate_left(32);
+    WORDS[(splitmix64(&mut state) % WORDS.len() as u64) as usize]
 }
 
 /// The full text of `tokens` generated tokens seeded by `seed`.
@@ -189,6 +236,23 @@ mod tests {
         assert!(!text.starts_with(' '));
         assert_ne!(seed("m", "a"), seed("m", "b"));
         assert_eq!(count_tokens(""), 0);
+        // Pinned: the text of existing requests never changes.
+        assert_eq!(s, 0x8994_a826_43d4_6494);
+        assert_eq!(text, "prefix clusters prefix simulated so that prefix");
+        assert_eq!(seed_extend(seed("m", "hello "), b"world"), s);
+    }
+
+    #[test]
+    fn the_vocabulary_is_lowercase_words_of_bounded_length() {
+        assert!(WORDS.iter().all(|w| is_word(w)));
+        assert!(WORDS
+            .iter()
+            .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase())));
+        assert_eq!(WORDS.iter().map(|w| w.len()).max(), Some(MAX_WORD_LEN));
+        assert!(is_word("at") && is_word("that") && is_word("a"));
+        for other in ["", "ta", "hat", "thee", "The", "the ", "simulate", "é"] {
+            assert!(!is_word(other), "{other:?}");
+        }
     }
 
     #[test]

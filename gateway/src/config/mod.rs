@@ -151,6 +151,21 @@ pub struct ModelSpec {
     /// Shared-GPU group and priority.
     #[serde(default)]
     pub gpu: Option<GpuSpec>,
+    /// Mid-stream failover: `on`, `off` (default), or the APIs whose streams
+    /// are resumed on another endpoint when their engine fails (`chat`,
+    /// `completions`); see `docs/routing.md`.
+    #[serde(default)]
+    pub stream_failover: Option<FailoverSetting>,
+}
+
+/// `streamFailover` as written: a boolean or a list of APIs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FailoverSetting {
+    /// `true` or `false`.
+    Switch(bool),
+    /// `on`, `off`, or APIs separated by commas.
+    Apis(String),
 }
 
 /// Knobs of cache-aware routing; each one absent keeps its default
@@ -257,6 +272,8 @@ pub struct ModelConfig {
     pub max_concurrency: Option<u32>,
     /// Context window in tokens, when known.
     pub context_window: Option<u64>,
+    /// APIs whose streams are resumed on another endpoint mid-answer.
+    pub stream_failover: crate::resume::StreamFailover,
     /// Whether requests that cannot fit the window are refused.
     pub context_admission: bool,
 }
@@ -396,6 +413,19 @@ impl ModelTable {
                     )));
                 }
             }
+            let stream_failover = match &spec.stream_failover {
+                None => Default::default(),
+                Some(FailoverSetting::Switch(on)) => {
+                    if *on {
+                        crate::resume::StreamFailover::ALL
+                    } else {
+                        Default::default()
+                    }
+                }
+                Some(FailoverSetting::Apis(apis)) => apis.parse().map_err(|e| {
+                    ConfigError::Invalid(format!("model '{}': streamFailover: {e}", spec.name))
+                })?,
+            };
             let (local, local_cold_start) = local_process(&spec)?;
             let context_admission = context_admission(&spec)?;
             let upstreams = match &local {
@@ -444,6 +474,7 @@ impl ModelTable {
                 max_concurrency: spec.max_concurrency,
                 context_window: spec.max_model_len.filter(|n| *n > 0),
                 context_admission,
+                stream_failover,
                 local,
             });
         }

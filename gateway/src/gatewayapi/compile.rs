@@ -361,6 +361,7 @@ fn backend_config(
         max_concurrency: None,
         context_window: None,
         context_admission: false,
+        stream_failover: Default::default(),
     }
 }
 

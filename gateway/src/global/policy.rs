@@ -158,6 +158,7 @@ pub fn model_table(config: &GlobalConfig, views: &[ClusterView]) -> ModelTable {
             max_concurrency: None,
             context_window: None,
             context_admission: false,
+            stream_failover: Default::default(),
         });
     }
     table

@@ -98,6 +98,7 @@ impl GlobalRegistry {
             max_concurrency: None,
             context_window: None,
             context_admission: false,
+            stream_failover: Default::default(),
             meters: Default::default(),
         };
         Resolved {
@@ -166,6 +167,7 @@ mod tests {
                 max_concurrency: None,
                 context_window: None,
                 context_admission: false,
+                stream_failover: Default::default(),
             }],
             ..ModelTable::default()
         }

@@ -363,7 +363,20 @@ fn route_config(key: &str, c: &Candidate, upstreams: Vec<Upstream>) -> ModelConf
             .annotations
             .get(labels::ADMISSION)
             .is_some_and(|v| v.trim() == labels::ADMISSION_CONTEXT_BOUNDED),
+        stream_failover: stream_failover(key, c.annotations.get(labels::STREAM_FAILOVER)),
     }
+}
+
+/// APIs resumed mid-stream, from the model's `flexinfer.ai/stream-failover`
+/// annotation; an unusable value keeps failover off (and says so).
+fn stream_failover(key: &str, annotation: Option<&String>) -> crate::resume::StreamFailover {
+    let Some(value) = annotation else {
+        return Default::default();
+    };
+    value.parse().unwrap_or_else(|e| {
+        tracing::warn!(model = key, error = %e, "ignoring the model's stream-failover annotation");
+        Default::default()
+    })
 }
 
 /// Requests each endpoint takes at once, from the model's

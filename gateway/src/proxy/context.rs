@@ -63,6 +63,9 @@ pub struct RequestCtx {
     /// A held stream's engine answered an error status: its body, kept to
     /// be sent as an `error` event ([`crate::held::upstream_error_event`]).
     pub(super) held_error: Option<Box<(u16, Vec<u8>)>>,
+    /// A stream whose engine failed mid-answer and that no other engine
+    /// continues: the events that end it ([`crate::resume`]).
+    pub(super) stream_end: Option<bytes::Bytes>,
     _in_progress: InProgress,
 }
 

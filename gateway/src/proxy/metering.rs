@@ -83,7 +83,8 @@ impl Metering {
         }
         let watch = self.succeeded && (events || json) && self.stripper.is_none();
         self.meter = watch.then(|| UsageMeter::new(events));
-        self.events = (self.succeeded && events).then_some(0);
+        // A resumed stream goes on counting the events its first answer passed.
+        self.events = (self.succeeded && events).then_some(self.events.unwrap_or(0));
     }
 
     /// Whether the request is charged against a token budget.
@@ -140,6 +141,8 @@ impl Metering {
             charge.settle(self.succeeded, usage.as_ref());
         }
         let Some(usage) = usage else { return };
+        self.tenant
+            .used(usage.prompt_tokens + usage.completion_tokens);
         let tenant = &*self.tenant.name;
         let count = |kind: &str, n: u64| {
             if n > 0 {

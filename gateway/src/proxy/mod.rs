@@ -30,6 +30,7 @@ mod hold;
 mod isolation;
 mod listing;
 mod metering;
+mod midstream;
 mod plan;
 mod prompt;
 mod record;
@@ -304,8 +305,12 @@ impl ProxyHttp for Gateway {
         self.picker_response_head(resp, ctx).await;
         ctx.held_error = (ctx.held_head && resp.status.as_u16() >= 400)
             .then(|| Box::new((resp.status.as_u16(), Vec::new())));
-        ctx.stream_timing =
-            stream_timing::StreamTiming::of(resp, &self.metrics, ctx.model_label(), ctx.start);
+        self.begin_resumable(resp, ctx);
+        if ctx.stream_timing.is_none() {
+            // A resumed stream keeps the timing of its first answer.
+            ctx.stream_timing =
+                stream_timing::StreamTiming::of(resp, &self.metrics, ctx.model_label(), ctx.start);
+        }
         if let Some(metering) = ctx.plan.as_mut().and_then(|p| p.metering.as_mut()) {
             metering.begin(resp);
         }
@@ -366,6 +371,7 @@ impl ProxyHttp for Gateway {
         if let Some(held) = ctx.held_error.as_mut() {
             hold::error_answer_as_event(session, &ctx.request_id, held, body, end_of_stream);
         }
+        self.splice_chunk(body, end_of_stream, ctx)?;
         if ctx.response_watch.is_some() {
             self.watch_response_body(body, end_of_stream, ctx);
         }

@@ -89,6 +89,9 @@ pub struct ForwardPlan {
     /// Gateway API: the backend speaks cleartext HTTP/2 (an InferencePool's
     /// `appProtocol: kubernetes.io/h2c`).
     pub(super) h2c: bool,
+    /// A stream of a model with stream failover: what the client has been
+    /// sent, to resume it elsewhere if its engine fails ([`crate::resume`]).
+    pub(super) resume: Option<Box<crate::resume::StreamResume>>,
 }
 
 impl ForwardPlan {
@@ -117,6 +120,7 @@ impl ForwardPlan {
             route_debug: self.route_debug,
             picked: None,
             h2c: self.h2c,
+            resume: None,
         }
     }
 }
@@ -305,10 +309,11 @@ impl Gateway {
         let api = isolation::engine_path(path);
         let completions = matches!(&*api, "/v1/chat/completions" | "/v1/completions");
         let generation = generation_limit_field(&api);
-        let held_progress = crate::held::streams_progress(
-            &api,
-            json.as_ref().is_some_and(|v| v.stream == Some(true)),
-        );
+        let streams = json.as_ref().is_some_and(|v| v.stream == Some(true));
+        let held_progress = crate::held::streams_progress(&api, streams);
+        let resumable = streams
+            .then(|| resolved.route.stream_failover.api(&api))
+            .flatten();
         drop(api);
         let salt = match (json.as_ref(), body.as_ref()) {
             (Some(view), Some(bytes)) => self.cache_salt(path, view, bytes, ctx),
@@ -415,6 +420,7 @@ impl Gateway {
             route_debug: ctx.tenant.is_none(),
             picked: None,
             h2c: false,
+            resume: resumable.map(|api| Box::new(crate::resume::StreamResume::new(api))),
         })
     }
 

@@ -87,6 +87,14 @@ pub(super) async fn answer_failure(
             e.etype(),
             ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed
         );
+    if let Some(end) = ctx.stream_end.take().filter(|_| !downstream_gone) {
+        // A stream cut mid-answer that no engine continues: its end.
+        let _ = session.write_response_body(Some(end), true).await;
+        return pingora_proxy::FailToProxy {
+            error_code: 0,
+            can_reuse_downstream: false,
+        };
+    }
     if ctx.held_head && !downstream_gone && ctx.response_bytes == 0 && !ctx.is_subrequest {
         // A held stream whose engine failed before its first byte: the
         // error as the stream's last event.

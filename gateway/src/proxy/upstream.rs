@@ -276,6 +276,9 @@ impl Gateway {
         mut e: Box<Error>,
         upstream_reused: bool,
     ) -> Box<Error> {
+        if self.resume_failed_stream(session, ctx, &mut e) {
+            return e;
+        }
         let replayable = !session.as_ref().retry_buffer_truncated();
         let from_upstream = e.esource() == &ErrorSource::Upstream;
         if from_upstream && !ctx.upstream_answered && !upstream_reused {

@@ -109,6 +109,10 @@ impl FleetView {
     }
 }
 
+/// The `kind` of what a tenant used on a replica in one window (tokens of
+/// answered requests), not a budget ([`super::fleet_usage`]).
+pub const USED: &str = "used";
+
 /// What one replica spent from one budget in one window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Spent {
@@ -117,7 +121,7 @@ pub struct Spent {
     /// The model of a per-model budget; `None` for the tenant's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// `requests` or `tokens`.
+    /// `requests` or `tokens` (a budget), or [`USED`].
     pub kind: String,
     /// Taken, less given back (negative: more given back than taken).
     pub amount: f64,
@@ -125,7 +129,7 @@ pub struct Spent {
 
 impl crate::peers::SharedBudgets for super::Tenants {
     fn exchange(&self) -> Option<Vec<u8>> {
-        if !self.has_limits() {
+        if !self.shares_state() {
             return None;
         }
         self.fleet().refresh();

@@ -9,6 +9,7 @@
 
 mod bucket;
 pub mod fleet;
+pub mod fleet_usage;
 pub mod keyfile;
 mod usage;
 
@@ -46,6 +47,8 @@ pub struct Tenant {
     /// of its keys' digests, so the same on every replica reading the same
     /// keys and unknown to anyone without them.
     salt_key: KeyDigest,
+    /// Every tenant's recent usage across the fleet (shared by all).
+    usage: Arc<fleet_usage::FleetUsage>,
 }
 
 /// The secret a tenant's cache salt is keyed with, from its keys' digests
@@ -199,6 +202,7 @@ impl Tenant {
         digests: &[KeyDigest],
         previous: Option<&Tenant>,
         fleet: &Arc<FleetView>,
+        usage: &Arc<fleet_usage::FleetUsage>,
     ) -> Self {
         // Buckets of unchanged limits carry over a reload.
         let keep = |old: Option<&Arc<Limits>>, spec: LimitSpec| match old {
@@ -221,10 +225,11 @@ impl Tenant {
                 })
                 .collect(),
             salt_key: salt_key(&spec.name, digests),
+            usage: usage.clone(),
         }
     }
 
-    fn anonymous(digests: &[KeyDigest]) -> Self {
+    fn anonymous(digests: &[KeyDigest], usage: &Arc<fleet_usage::FleetUsage>) -> Self {
         Self {
             name: Arc::from(ANONYMOUS),
             priority: Priority::Normal,
@@ -232,7 +237,14 @@ impl Tenant {
             limits: None,
             model_limits: HashMap::new(),
             salt_key: salt_key(ANONYMOUS, digests),
+            usage: usage.clone(),
         }
+    }
+
+    /// One of its requests used `tokens` (prompt and completion) here:
+    /// counted in its fleet-wide recent usage.
+    pub fn used(&self, tokens: u64) {
+        self.usage.used_here(&self.name, tokens);
     }
 
     /// The `cache_salt` engines get for this tenant's requests whose own
@@ -414,6 +426,8 @@ pub struct Tenants {
     table: ArcSwap<HashMap<KeyDigest, Arc<Tenant>>>,
     /// The replicas the budgets are shared by ([`fleet`]).
     fleet: Arc<FleetView>,
+    /// Tenants' recent usage across the fleet ([`fleet_usage`]).
+    usage: Arc<fleet_usage::FleetUsage>,
 }
 
 impl std::fmt::Debug for Tenants {
@@ -440,6 +454,7 @@ impl Tenants {
             anonymous,
             table: ArcSwap::from_pointee(HashMap::new()),
             fleet: Arc::default(),
+            usage: Arc::default(),
         };
         tenants.reload()?;
         anyhow::ensure!(
@@ -460,7 +475,7 @@ impl Tenants {
         let by_name: HashMap<&str, &Arc<Tenant>> =
             previous.values().map(|t| (&*t.name, t)).collect();
         let mut table = HashMap::new();
-        let anonymous = Arc::new(Tenant::anonymous(&self.anonymous));
+        let anonymous = Arc::new(Tenant::anonymous(&self.anonymous, &self.usage));
         for digest in &self.anonymous {
             table.insert(*digest, anonymous.clone());
         }
@@ -472,7 +487,13 @@ impl Tenants {
                 .iter()
                 .map(|key| keyfile::digest_of(key).map_err(|e| anyhow::anyhow!(e)))
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            let tenant = Arc::new(Tenant::from_spec(spec, &digests, old, &self.fleet));
+            let tenant = Arc::new(Tenant::from_spec(
+                spec,
+                &digests,
+                old,
+                &self.fleet,
+                &self.usage,
+            ));
             for digest in digests {
                 if table.insert(digest, tenant.clone()).is_some() {
                     anyhow::bail!(
@@ -492,6 +513,17 @@ impl Tenants {
     /// The replicas the budgets are shared by.
     pub fn fleet(&self) -> &Arc<FleetView> {
         &self.fleet
+    }
+
+    /// Tenants' recent usage across the fleet: the queue's turn order.
+    pub fn usage(&self) -> &Arc<fleet_usage::FleetUsage> {
+        &self.usage
+    }
+
+    /// Whether the replicas have anything to exchange: budgets, or several
+    /// tenants whose usage orders the queue.
+    pub fn shares_state(&self) -> bool {
+        self.has_limits() || self.each_tenant().len() > 1
     }
 
     /// Every tenant once (a tenant has one entry per key).
@@ -537,6 +569,15 @@ impl Tenants {
                 }
             }
         }
+        // Not a budget: what each tenant used here, for the queue's turns.
+        for (tenant, amount) in self.usage.take_unsent() {
+            out.push(fleet::Spent {
+                tenant: tenant.to_string(),
+                model: None,
+                kind: fleet::USED.to_owned(),
+                amount,
+            });
+        }
         out
     }
 
@@ -549,6 +590,10 @@ impl Tenants {
             let Some(tenant) = by_name.get(s.tenant.as_str()) else {
                 continue;
             };
+            if s.kind == fleet::USED {
+                self.usage.used_elsewhere(&tenant.name, s.amount);
+                continue;
+            }
             let limits = match &s.model {
                 None => tenant.limits.as_ref(),
                 Some(model) => tenant.model_limits.get(model),

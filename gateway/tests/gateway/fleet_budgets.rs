@@ -168,3 +168,97 @@ async fn a_replica_cut_off_from_its_peers_keeps_to_its_share() {
     assert!(used <= share + 400.0, "admitted {used}, share {share}");
     assert!(used >= 0.7 * BUDGET / 3.0, "admitted {used}");
 }
+
+/// Sends `key`'s chat to `url` and returns when it finished.
+async fn timed_chat(url: String, key: &'static str, prompt: String, max_tokens: u64) -> Instant {
+    let resp = support::client()
+        .post(url)
+        .bearer_auth(key)
+        .json(&json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+        }))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    resp.bytes().await.expect("body");
+    Instant::now()
+}
+
+/// The order in which three `heavy` and three `light` requests, queued
+/// in that order behind a busy slot on `gw`, were served.
+async fn queue_order(gw: &Gateway) -> String {
+    let url = gw.url("/v1/chat/completions");
+    let filler = tokio::spawn(timed_chat(url.clone(), "kf", "fill the slot".into(), 40));
+    // The filler holds the model's one slot; the others queue in order.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut waiting = Vec::new();
+    for (i, (tenant, key)) in [
+        ("h", "kh"),
+        ("h", "kh"),
+        ("h", "kh"),
+        ("l", "kl"),
+        ("l", "kl"),
+        ("l", "kl"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let served = tokio::spawn(timed_chat(url.clone(), key, format!("request {i}"), 3));
+        waiting.push(async move { (served.await.expect("request task"), tenant) });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    filler.await.expect("filler");
+    let mut done = futures::future::join_all(waiting).await;
+    done.sort_by_key(|(at, _)| *at);
+    done.into_iter().map(|(_, t)| t).collect()
+}
+
+/// The queue's turns go by tenants' usage across the fleet: a tenant that
+/// used much on one replica waits, on another, behind one that used little;
+/// replicas that do not share state give it its turns as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_that_used_the_fleet_waits_behind_one_that_did_not_on_any_replica() {
+    let sim = pod("p", &["m"], &["--tokens-per-second", "40"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let keys = dir.path().join("keys.yaml");
+    std::fs::write(
+        &keys,
+        "tenants:\n  - name: heavy\n    keys: [kh]\n  - name: light\n    keys: [kl]\n  \
+         - name: filler\n    keys: [kf]\n",
+    )
+    .expect("key file");
+    let keys = keys.display().to_string();
+    let yaml = format!(
+        "models:\n- name: m\n  endpoints: {}\n  maxConcurrency: 1\n",
+        endpoints(&[&sim])
+    );
+    let args = ["--api-key-file", &keys, "--admin-auth-token", ADMIN_KEY];
+    let long = "word ".repeat(4000);
+    for peered in [true, false] {
+        let fleet: Vec<Gateway> = if peered {
+            crate::peers::peered(&yaml, &[free_port(), free_port()], &args)
+        } else {
+            (0..2).map(|_| Gateway::start(&yaml, &args)).collect()
+        };
+        if peered {
+            for gw in &fleet {
+                wait_linked(gw, 1).await;
+            }
+        }
+        // Heavy uses about 20,000 tokens of the fleet, on the first replica.
+        for _ in 0..4 {
+            timed_chat(fleet[0].url("/v1/chat/completions"), "kh", long.clone(), 2).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let order = queue_order(&fleet[1]).await;
+        eprintln!("peered {peered}: served {order}");
+        if peered {
+            assert_eq!(order, "lllhhh", "light goes first on the other replica");
+        } else {
+            assert_eq!(order, "hlhlhl", "apart, the replica gives turns as before");
+        }
+    }
+}

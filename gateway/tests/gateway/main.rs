@@ -28,6 +28,7 @@ mod real_backend;
 mod real_cluster;
 mod real_node;
 mod routing;
+mod stream_failover;
 mod streaming;
 mod tenant_isolation;
 mod tenants;

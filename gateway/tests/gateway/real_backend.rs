@@ -653,3 +653,77 @@ async fn cache_aware_routing_keeps_each_tenant_on_the_server_holding_its_prompt(
     );
     assert!(!accepts(ports[0]).await && !accepts(ports[1]).await);
 }
+
+/// Mid-stream failover on real engines: two llama.cpp servers behind a
+/// model with `streamFailover: completions`; the one serving each of ten
+/// streamed completions is killed (SIGKILL) after a random number of
+/// chunks, and the stream goes on from the other with the prompt and the
+/// text so far. llama-cpp-python's server continues a prompt but not a
+/// final assistant message, so the chat path is covered by the simulator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_server_killed_mid_stream_is_resumed_on_the_other() {
+    let Some(real) = real_backend() else { return };
+    let _serial = SERIAL.lock().await;
+    let ports = [free_port(), free_port()];
+    let engines: Vec<Value> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            serde_json::json!({
+                "name": format!("llama-{i}"),
+                "port": port,
+                "health": "/v1/models",
+                "argv": [
+                    real.python.clone(), "-m", "llama_cpp.server", "--model",
+                    real.model.display().to_string(), "--model_alias", SERVED_AS,
+                    "--host", "127.0.0.1", "--port", port.to_string(),
+                    "--n_ctx", N_CTX.to_string(), "--n_threads", "1",
+                ],
+            })
+        })
+        .collect();
+    let yaml = crate::stream_failover::two_models(
+        &ports,
+        SERVED_AS,
+        ("smol-resume", "completions"),
+        "smol-cut",
+    );
+    let gw = Gateway::start(&yaml, &["--route-debug-header", "true"]);
+    let config = serde_json::json!({
+        "base": base(&gw),
+        "on": "smol-resume",
+        "off": "smol-cut",
+        "engines": engines,
+        "streams": 10,
+        "off_streams": 2,
+        "apis": ["completions"],
+        "usage": false,
+        "seed": 10,
+        "max_tokens": 40,
+        "compare": false,
+    });
+    let (report, resumed) = crate::stream_failover::run_driver(config).await;
+    println!(
+        "real engines: {} of {} streams completed after a kill, {} identical to the \
+         uninterrupted answer; first text after the kill (s): {resumed:?}; off: {}",
+        report["completed"], report["streams"], report["identical"], report["off"]
+    );
+    assert_eq!(report["problems"], serde_json::json!([]), "{report}");
+    assert_eq!(report["completed"], 10, "{report}");
+    assert_eq!(report["killed"], 10, "{report}");
+    for off in report["off"].as_array().unwrap() {
+        assert_eq!(
+            off["completed"], false,
+            "failover off cuts the stream: {report}"
+        );
+    }
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        support::metric_value(
+            &metrics,
+            "flexinfer_proxy_stream_resumes_total{model=\"smol-resume\",outcome=\"resumed\"}"
+        ),
+        10.0,
+        "{metrics}"
+    );
+}

@@ -210,6 +210,7 @@ impl Gateway {
             route_debug: ctx.tenant.is_none(),
             picked: None,
             h2c,
+            resume: None,
         }
     }
 
