@@ -12,6 +12,10 @@ Against one fast `flexinfer-sim` backend it measures, in one run:
                   requests/s and tokens/min budgets (charged and corrected)
   flexinfer-usage the same with --usage-headers: each answer held whole for
                   its X-Flexinfer-Prompt-Tokens and other usage headers
+  flexinfer-validate  the same with --validate-requests true (every body
+                  checked against the API's schema rules)
+  flexinfer-cache-aware  a model with `routing: cache-aware` on a gateway
+                  peered with a second replica (each pick published to it)
   flexinfer-base  flexinfer-gateway of --base-gateway-bin (another build, e.g. an
                   earlier commit), set up as `flexinfer`: before/after in one run
   pingora         the floor: a Pingora proxy with no logic (one upstream,
@@ -24,7 +28,10 @@ For each: requests/s at a fixed concurrency with 1 KiB, 32 KiB and 1 MiB
 JSON chat bodies, p50/p99 latency and the latency added over
 direct, CPU seconds per 1,000 requests and peak RSS of the proxy process
 (from /proc), and for streamed answers the time to the first byte and the
-median gap between chunks compared with direct. The same bodies are also
+median gap between chunks compared with direct, and the CPU a proxy spends
+per streamed answer of 128 tokens (--sse-streams answers, --sse-concurrency
+at a time, from a simulator that streams 2,000 tokens/s: the cost of
+passing tokens, not of waiting for them). The same bodies are also
 sent one request at a time: the latency a proxy adds when nothing queues
 (under load, added latency is mostly the proxy's CPU taken from the backend
 and the load generator on a shared machine). Rounds go round the targets in
@@ -212,6 +219,46 @@ def sse_samples(port: int, model: str, streams: int) -> tuple[list, list]:
     return ttfb, gaps
 
 
+def sse_load(port: int, model: str, streams: int, concurrency: int, tokens: int = 128) -> int:
+    """Streams `streams` answers of `tokens` tokens, `concurrency` at a
+    time, each on its own keep-alive connection; returns the `data:` events
+    received."""
+    import threading
+
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "stream"}],
+         "max_tokens": tokens, "stream": True}
+    )
+    left = [streams]
+    events = [0]
+    lock = threading.Lock()
+
+    def worker():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        while True:
+            with lock:
+                if left[0] == 0:
+                    break
+                left[0] -= 1
+            # The tenants' target takes the key; the others ignore it.
+            conn.request("POST", "/v1/chat/completions", body,
+                         {"Content-Type": "application/json", "Authorization": "Bearer bench-key"})
+            resp = conn.getresponse()
+            got = sum(1 for line in resp if line.startswith(b"data:"))
+            if resp.status != 200:
+                sys.exit(f"streaming through port {port} answered {resp.status}")
+            with lock:
+                events[0] += got
+        conn.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return events[0]
+
+
 def nginx_proxy(work: Path, backend: int, model: str) -> Proxy:
     port = free_port()
     conf = work / "nginx.conf"
@@ -311,6 +358,13 @@ def floor_ratios(results: dict) -> dict:
     sse = {name: e["sse"].get("added_ttfb_ms") for name, e in results.items() if "sse" in e}
     if sse:
         out["sse"] = sse
+    stream = {}
+    for other in ("pingora", "nginx"):
+        f, o = flex.get("sse128"), results.get(other, {}).get("sse128")
+        if f and o and o.get("cpu_ms_per_stream"):
+            stream[f"cpu_vs_{other}"] = round(f["cpu_ms_per_stream"] / o["cpu_ms_per_stream"], 2)
+    if stream:
+        out["sse128"] = stream
     return out
 
 
@@ -349,6 +403,10 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
     parser.add_argument("--streams", type=int, default=60,
                         help="streamed answers per target, spread over the rounds (default 60)")
+    parser.add_argument("--sse-streams", type=int, default=400,
+                        help="128-token answers per target and round for the CPU per stream (default 400)")
+    parser.add_argument("--sse-concurrency", type=int, default=16,
+                        help="streams at a time for the CPU per stream (default 16)")
     parser.add_argument("--gateway-threads", type=int, default=1, help="gateway worker threads (default 1, like one nginx worker)")
     parser.add_argument("--litellm-python", default=None, help="Python with litellm[proxy] installed")
     parser.add_argument("--out", default="benchmark-results", help="folder for compare.json and compare.png")
@@ -390,8 +448,14 @@ def main() -> None:
         stream_sim = start([str(bins / "flexinfer-sim"), "--port", str(stream_port), "--model", served,
                             "--recorder-capacity", "0", "--ttft", "50ms", "--tokens-per-second", "100"])
         procs.append(stream_sim)
+        # A third, streaming fast, for the CPU a proxy spends per token.
+        burst_port = free_port()
+        burst_sim = start([str(bins / "flexinfer-sim"), "--port", str(burst_port), "--model", served,
+                           "--recorder-capacity", "0", "--tokens-per-second", "2000"])
+        procs.append(burst_sim)
         wait_port(sim_port, "flexinfer-sim")
         wait_port(stream_port, "flexinfer-sim (paced)")
+        wait_port(burst_port, "flexinfer-sim (fast stream)")
 
         models = work / "models.yaml"
         models.write_text(
@@ -399,6 +463,10 @@ def main() -> None:
             f"    endpoints: ['http://127.0.0.1:{sim_port}']\n"
             f"  - name: bench-stream\n    backendModel: {served}\n"
             f"    endpoints: ['http://127.0.0.1:{stream_port}']\n"
+            f"  - name: bench-burst\n    backendModel: {served}\n"
+            f"    endpoints: ['http://127.0.0.1:{burst_port}']\n"
+            f"  - name: bench-ca\n    backendModel: {served}\n    routing: cache-aware\n"
+            f"    endpoints: ['http://127.0.0.1:{sim_port}']\n"
         )
         def gateway(log_level: str, log_path=None, extra=(), binary=None) -> Proxy:
             port = free_port()
@@ -421,7 +489,7 @@ def main() -> None:
             # requests/s and tokens/min budgets every request passes.
             keys = work / "keys.yaml"
             keys.write_text(
-                "tenants:\n  - name: bench\n    keys: [bench-key]\n    models: [bench, bench-stream]\n"
+                "tenants:\n  - name: bench\n    keys: [bench-key]\n    models: [bench, bench-stream, bench-burst]\n"
                 "    limits: {requestsPerSecond: 1000000000, tokensPerMinute: 1000000000000}\n"
             )
             tenants = gateway("error", extra=("--api-key-file", str(keys)))
@@ -437,6 +505,24 @@ def main() -> None:
             usage = gateway("error", extra=("--usage-headers", "true"))
             usage.name = "flexinfer-usage"
             proxies.append(usage)
+        if "flexinfer-validate" in wanted:
+            validating = gateway("error", extra=("--validate-requests", "true"))
+            validating.name = "flexinfer-validate"
+            proxies.append(validating)
+        if "flexinfer-cache-aware" in wanted:
+            # Two replicas sharing routing state; the first is measured.
+            peer_ports = (free_port(), free_port())
+            replicas = []
+            for me, other in (peer_ports, peer_ports[::-1]):
+                replicas.append(gateway("error", extra=(
+                    "--routing-peer-listen", f"127.0.0.1:{me}",
+                    "--routing-peers", f"127.0.0.1:{other}",
+                    "--routing-peer-secret", "benchmark-replicas-share-this")))
+            cache_aware, second = replicas
+            cache_aware.name, cache_aware.model = "flexinfer-cache-aware", "bench-ca"
+            procs.append(second.proc)
+            wait_port(second.port, "second replica", limit=120)
+            proxies.append(cache_aware)
         if "pingora" in wanted:
             floor_port = free_port()
             floor = start([str(bins / "examples" / "pingora_floor"), f"127.0.0.1:{floor_port}",
@@ -476,6 +562,26 @@ def main() -> None:
             wait_port(haproxy_s.port, "haproxy (stream)")
             stream_targets["haproxy"] = (haproxy_s.port, served)
 
+        # The CPU per 128-token stream: every FlexInfer target in its own
+        # process (model bench-burst); the floor and nginx each get one more
+        # instance in front of the fast-streaming simulator.
+        burst_targets = {p.name: (p.port, "bench-burst", p) for p in proxies
+                         if p.name.startswith("flexinfer")}
+        if "pingora" in wanted:
+            floor_b = free_port()
+            floor_b_proc = start([str(bins / "examples" / "pingora_floor"), f"127.0.0.1:{floor_b}",
+                                  f"127.0.0.1:{burst_port}", str(args.gateway_threads)])
+            procs.append(floor_b_proc)
+            wait_port(floor_b, "pingora (fast stream)")
+            burst_targets["pingora"] = (floor_b, served, Proxy("pingora", floor_b, floor_b_proc, served))
+        if "nginx" in wanted:
+            (work / "b").mkdir()
+            nginx_b = nginx_proxy(work / "b", burst_port, served)
+            procs.append(nginx_b.proc)
+            wait_port(nginx_b.port, "nginx (fast stream)")
+            burst_targets["nginx"] = (nginx_b.port, served, nginx_b)
+        sse_cpu = {name: [] for name in burst_targets}
+
         # Rounds go round the targets (A, B, C, A, B, C, ...) rather than
         # finishing one target first, so that a machine that speeds up or
         # slows down during the run biases no target.
@@ -514,6 +620,14 @@ def main() -> None:
                     t, g = sse_samples(port, model, per_round)
                     ttfbs[p.name].extend(t)
                     gaps[p.name].extend(g)
+                if p.name in burst_targets:
+                    port, model, owner = burst_targets[p.name]
+                    owner_pids = owner.pids()
+                    cpu_before = proc_cpu_seconds(owner_pids)
+                    events = sse_load(port, model, args.sse_streams, args.sse_concurrency)
+                    cpu = proc_cpu_seconds(owner_pids) - cpu_before
+                    sse_cpu[p.name].append({"cpu_ms_per_stream": cpu / args.sse_streams * 1e3,
+                                            "events_per_stream": events / args.sse_streams})
         results = {}
         for p in proxies:
             entry = {"pid_count": len(p.pids())}
@@ -524,6 +638,13 @@ def main() -> None:
                 figures["c1_p50_ms"] = one.get("p50_ms")
                 figures["c1_p99_ms"] = one.get("p99_ms")
                 entry[size_name] = figures
+            if sse_cpu.get(p.name):
+                entry["sse128"] = {
+                    "cpu_ms_per_stream": round(statistics.median(
+                        r["cpu_ms_per_stream"] for r in sse_cpu[p.name]), 4),
+                    "events_per_stream": statistics.median(
+                        r["events_per_stream"] for r in sse_cpu[p.name]),
+                }
             if ttfbs.get(p.name):
                 entry["sse"] = {
                     "ttfb_ms": statistics.median(ttfbs[p.name]),
@@ -553,10 +674,12 @@ def main() -> None:
         print(f"\nOn loopback, {args.connections} connections (1 MiB: {max(4, args.connections // 4)}), "
               f"{args.duration} s per run, median of {args.rounds} rounds taken in turn across the targets, "
               f"one worker per proxy, {os.cpu_count()} CPUs; '1 connection' runs send one request at a time. "
-              f"SSE: {args.streams} streams per target, taken in turn.\n")
+              f"SSE: {args.streams} streams per target, taken in turn; CPU per 128-token stream: "
+              f"{args.sse_streams} streams per round, {args.sse_concurrency} at a time.\n")
         print("| target | 1 KiB req/s | × direct | p50 / p99 ms | added p50 / p99 ms | CPU s / 1k req | "
-              "1 MiB req/s | × direct | added p50 ms | CPU s / 1k req | RSS MiB | SSE TTFB ms | chunk gap ms |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "1 MiB req/s | × direct | added p50 ms | CPU s / 1k req | RSS MiB | SSE TTFB ms | chunk gap ms | "
+              "CPU ms / 128-token stream |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for name, e in results.items():
             s, l, sse = e["small"], e["large"], e.get("sse", {})
             rss = max(s.get("rss_kib") or 0, l.get("rss_kib") or 0)
@@ -570,7 +693,7 @@ def main() -> None:
                   f"{f(s.get('cpu_s_per_1k'), '.3f')} | {f(l.get('rps'))} | {f(l.get('rps_ratio'), '.2f')} | "
                   f"{f(l.get('added_p50_ms'), '.2f')} | {f(l.get('cpu_s_per_1k'), '.3f')} | "
                   f"{f(rss / 1024 if rss else None, '.1f')} | {f(sse.get('ttfb_ms'), '.1f')} | "
-                  f"{f(sse.get('chunk_gap_ms'), '.1f')} |")
+                  f"{f(sse.get('chunk_gap_ms'), '.1f')} | {f(e.get('sse128', {}).get('cpu_ms_per_stream'), '.3f')} |")
         ratios = floor_ratios(results)
         if ratios:
             print("\nFlexInfer against the Pingora floor and nginx (CPU per request, req/s, added latency):\n")
@@ -578,7 +701,7 @@ def main() -> None:
                   "(pingora, nginx) | added p99 ms | 1 connection: added p50 ms (pingora, nginx) |")
             print("|---|---|---|---|---|---|---|---|")
             for size_name, r in ratios.items():
-                if size_name == "sse":
+                if size_name in ("sse", "sse128"):
                     continue
                 print(f"| {size_name} | {r.get('cpu_vs_pingora', '—')} | {r.get('cpu_vs_nginx', '—')} | "
                       f"{r.get('rps_vs_pingora', '—')} | {r.get('rps_vs_nginx', '—')} | "
@@ -587,6 +710,8 @@ def main() -> None:
                       f"({r.get('pingora_c1_added_p50_ms')}, {r.get('nginx_c1_added_p50_ms')}) |")
             if "sse" in ratios:
                 print(f"\nSSE time to first byte: {ratios['sse']}")
+            if "sse128" in ratios:
+                print(f"CPU per 128-token stream, FlexInfer ÷ other: {ratios['sse128']}")
             (out / "compare.json").write_text(json.dumps(
                 {"settings": meta, "results": results, "flexinfer_ratios": ratios}, indent=2))
         print(f"\nJSON: {out / 'compare.json'}" + (f"; plot: {out / 'compare.png'}" if plotted else

@@ -102,9 +102,9 @@ pub fn build(cli: &Cli) -> anyhow::Result<GatewayServer> {
     let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
     let guarded = GuardedApp::new(proxy, cli.connection_settings(), metrics.clone());
     let mut proxy = Service::new("flexinfer-gateway".to_string(), guarded);
-    proxy.add_tcp(&cli.listen);
+    proxy.add_listener(client_listener(&cli.listen));
     for addr in &gateway_ports {
-        proxy.add_tcp(addr);
+        proxy.add_listener(client_listener(addr));
     }
     server.add_service(proxy);
     if let Some(addr) = &cli.metrics_listen {
@@ -373,4 +373,15 @@ impl ServeHttp for AdminApp {
             .body(body)
             .unwrap_or_default()
     }
+}
+
+/// A listener for clients without Pingora's 64 KiB read buffer per
+/// connection: the request head and body readers have buffers of their own,
+/// and the read buffer, zeroed when a connection is accepted, was most of
+/// what an open stream held (without TLS there are no small record reads
+/// for it to gather).
+fn client_listener(addr: &str) -> pingora_core::listeners::ListenerConfig {
+    use pingora_core::protocols::l4::stream::{L4BufferSettings, DEFAULT_L4_WRITE_BUFFER_SIZE};
+    pingora_core::listeners::ListenerConfig::tcp(addr)
+        .l4_buffer(L4BufferSettings::new(0, DEFAULT_L4_WRITE_BUFFER_SIZE))
 }

@@ -33,6 +33,10 @@ impl Gateway {
         );
         let held = plan.hold_for_usage && !route.endpoints.is_empty();
         if plan.body.is_some() && (held || session.as_ref().retry_buffer_truncated()) {
+            // A subrequest cannot be sent again from here: such a stream is
+            // not resumed (it is cut, as without stream failover).
+            let mut plan = plan;
+            plan.resume = None;
             return self.forward_buffered(session, ctx, plan).await;
         }
         if route.endpoints.is_empty() {

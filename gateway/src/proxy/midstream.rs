@@ -15,6 +15,9 @@ use super::Gateway;
 use crate::errors::ApiError;
 use crate::resume::Next;
 
+/// The error an engine's error event mid-stream fails its attempt with.
+const ENGINE_ERROR_EVENT: ErrorType = ErrorType::Custom("engine error event");
+
 impl Gateway {
     /// The head of an attempt's answer: whether it is an event stream the
     /// splice reads. An error answer to a resumed stream becomes an error
@@ -44,12 +47,23 @@ impl Gateway {
         let Some(resume) = ctx.plan.as_mut().and_then(|p| p.resume.as_mut()) else {
             return Ok(());
         };
-        if !resume.live() || ctx.held_error.is_some() {
+        if ctx.held_error.is_some() {
+            // The next engine answered an error: what the client was still
+            // owed of the text goes before its error event.
+            let carry = resume.take_carry();
+            if end_of_stream && !carry.is_empty() {
+                let mut out = carry;
+                out.extend_from_slice(body.as_deref().unwrap_or_default());
+                *body = Some(Bytes::from(out));
+            }
+            return Ok(());
+        }
+        if !resume.live() {
             return Ok(());
         }
         resume.filter(body, end_of_stream).map_err(|_| {
             Error::explain(
-                ErrorType::Custom("engine error event"),
+                ENGINE_ERROR_EVENT,
                 "the model server reported an error mid-stream",
             )
             .into_up()
@@ -74,8 +88,23 @@ impl Gateway {
             return false;
         };
         let started = resume.live() || resume.resumes() > 0;
-        if !written || !started || e.esource() == &ErrorSource::Downstream || ctx.is_subrequest {
+        if e.esource() == &ErrorSource::Downstream || ctx.is_subrequest || !started {
             return false;
+        }
+        if !written {
+            if resume.resumes() > 0 || e.etype() != &ENGINE_ERROR_EVENT {
+                return false;
+            }
+            // The engine's error came in its first read, before the client
+            // had anything: the request is sent again as it was.
+            resume.restart();
+            self.record_outcome(ctx, true);
+            if self.attempts_left(ctx) {
+                ctx.lease = None;
+                self.count_retry(ctx, "mid_stream");
+                e.set_retry(true);
+            }
+            return true;
         }
         let sent = plan.body.as_ref().map(PlannedBody::contiguous);
         let next = match sent {
@@ -98,7 +127,7 @@ impl Gateway {
                 "resumed"
             }
             Next::Continue(_) => {
-                self.end_stream(session, ctx, "no attempt is left to resume it");
+                self.end_stream(session, ctx, "no attempt is left to resume it".into());
                 "failed"
             }
             Next::Close(end) => {
@@ -106,7 +135,7 @@ impl Gateway {
                 "closed"
             }
             Next::Fail(why) => {
-                self.end_stream(session, ctx, why);
+                self.end_stream(session, ctx, why.into());
                 "failed"
             }
         };
@@ -120,15 +149,48 @@ impl Gateway {
         true
     }
 
-    /// Ends a stream that cannot be resumed: what was held for the client,
-    /// then an `error` event saying why.
-    fn end_stream(&self, session: &Session, ctx: &mut RequestCtx, why: &str) {
-        let carry = ctx
+    /// A resumed stream whose next attempt failed too (no endpoint took
+    /// the continuation, or none was left): its end, unless one is set.
+    pub(super) fn end_unresumed(&self, session: &Session, e: &Error, ctx: &mut RequestCtx) {
+        let resumed = ctx
             .plan
-            .as_mut()
-            .and_then(|p| p.resume.as_mut())
-            .map(|r| r.take_carry())
-            .unwrap_or_default();
+            .as_ref()
+            .and_then(|p| p.resume.as_ref())
+            .is_some_and(|r| r.resumes() > 0);
+        let written = session.as_downstream().response_written().is_some();
+        if ctx.stream_end.is_some()
+            || !resumed
+            || !written
+            || e.esource() == &ErrorSource::Downstream
+        {
+            return;
+        }
+        let why = format!("the next endpoint failed too ({})", e.etype().as_str());
+        self.end_stream(session, ctx, why);
+        if let Some(plan) = &ctx.plan {
+            self.metrics
+                .stream_resumes
+                .with_label_values(&[&plan.resolved.route.name, "failed"])
+                .inc();
+        }
+    }
+
+    /// Ends a stream that cannot be resumed: what was held for the client,
+    /// then an `error` event saying why (with what the engine said, when
+    /// it sent an error).
+    fn end_stream(&self, session: &Session, ctx: &mut RequestCtx, mut why: String) {
+        let resume = ctx.plan.as_mut().and_then(|p| p.resume.as_mut());
+        let (carry, open, said) = match resume {
+            Some(r) => (
+                r.take_carry(),
+                r.open_tail(),
+                r.engine_error().map(str::to_owned),
+            ),
+            None => (Vec::new(), false, None),
+        };
+        if let Some(said) = said {
+            why.push_str(&format!("; the model server said: {said}"));
+        }
         let mut err = ApiError::bad_gateway();
         err.message =
             format!("the model server failed mid-stream and the answer cannot be resumed: {why}");
@@ -139,6 +201,10 @@ impl Gateway {
             ctx.request_id.as_deref(),
         );
         let mut end = carry;
+        if open {
+            // What passed ended mid-event: a blank line closes it first.
+            end.extend_from_slice(b"\n\n");
+        }
         end.extend_from_slice(&event);
         ctx.stream_end = Some(Bytes::from(end));
     }

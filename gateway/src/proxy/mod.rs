@@ -395,6 +395,7 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
+        self.end_unresumed(session, e, ctx);
         answer_failure(session, e, ctx).await
     }
 

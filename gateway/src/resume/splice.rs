@@ -51,6 +51,10 @@ pub struct StreamResume {
     tokens_before: u64,
     /// The current engine answered with an event stream.
     live: bool,
+    /// Bytes passed that did not end an event (an event over the limit).
+    open_tail: bool,
+    /// What the last engine's error event said.
+    engine_error: Option<String>,
 }
 
 impl StreamResume {
@@ -65,7 +69,27 @@ impl StreamResume {
             failed: Vec::new(),
             tokens_before: 0,
             live: false,
+            open_tail: false,
+            engine_error: None,
         }
+    }
+
+    /// Forgets everything read: nothing of it reached the client (an
+    /// engine failed in its first read, before the head went out), so the
+    /// request is sent again as it was.
+    pub fn restart(&mut self) {
+        *self = Self::new(self.api);
+    }
+
+    /// What the last engine's error event said, if one came.
+    pub fn engine_error(&self) -> Option<&str> {
+        self.engine_error.as_deref()
+    }
+
+    /// Whether what was passed ends mid-event: an event written after it
+    /// needs a blank line first.
+    pub fn open_tail(&self) -> bool {
+        self.open_tail
     }
 
     /// An engine's answer begins: `live` when it is a successful event
@@ -136,6 +160,7 @@ impl StreamResume {
             if !end {
                 self.transcript.blocker = Some("the engine streamed an event over 1 MiB");
             }
+            self.open_tail |= !rest.is_empty();
             out.extend_from_slice(rest);
         } else {
             self.pending.extend_from_slice(rest);
@@ -153,9 +178,11 @@ impl StreamResume {
     /// `sent` is the request body the first engine got.
     pub fn next(&mut self, sent: impl FnOnce() -> Bytes) -> Next {
         if self.transcript.finished || self.transcript.done {
-            self.transcript.done = true;
             let mut end = self.take_carry();
-            end.extend_from_slice(b"data: [DONE]\n\n");
+            if !self.transcript.done {
+                end.extend_from_slice(b"data: [DONE]\n\n");
+            }
+            self.transcript.done = true;
             return Next::Close(Bytes::from(end));
         }
         if let Some(why) = self.transcript.blocker {
@@ -186,6 +213,8 @@ impl StreamResume {
         let Some(data) = data_of(event) else {
             return Ok(Pass::AsIs);
         };
+        // A chunk passed before this one was all the client had.
+        let role_sent = self.transcript.role_sent;
         if data.trim_ascii() == b"[DONE]" {
             self.transcript.done = true;
             return Ok(Pass::AsIs);
@@ -193,7 +222,8 @@ impl StreamResume {
         let Ok(chunk) = serde_json::from_slice::<ChunkView<'_>>(&data) else {
             return Ok(Pass::AsIs);
         };
-        if chunk.error.is_some() && self.transcript.blocker.is_none() {
+        if let (Some(error), None) = (chunk.error, self.transcript.blocker) {
+            self.engine_error = Some(error_message(error.get()));
             return Err(StreamFault);
         }
         let usage = chunk.usage;
@@ -206,11 +236,12 @@ impl StreamResume {
         if self.failed.is_empty() {
             return Ok(Pass::AsIs);
         }
-        Ok(self.rewrite(&data, usage))
+        Ok(self.rewrite(&data, usage, role_sent))
     }
 
-    /// A resumed engine's event as the first engine's answer carries on.
-    fn rewrite(&self, data: &[u8], usage: Option<UsageView>) -> Pass {
+    /// A resumed engine's event as the first engine's answer carries on
+    /// (`role_sent`: the client has a role chunk already).
+    fn rewrite(&self, data: &[u8], usage: Option<UsageView>, role_sent: bool) -> Pass {
         let Ok(Value::Object(mut chunk)) = serde_json::from_slice::<Value>(data) else {
             return Pass::AsIs;
         };
@@ -232,22 +263,21 @@ impl StreamResume {
         let mut carries = false;
         if let Some(Value::Array(choices)) = chunk.get_mut("choices") {
             for choice in choices.iter_mut() {
-                if let Some(Value::Object(delta)) = choice.get_mut("delta") {
+                if let Some(Value::Object(delta)) = choice.get_mut("delta").filter(|_| role_sent) {
                     // The client had its role chunk from the first engine.
                     delta.remove("role");
                 }
                 carries |= choice_carries(choice);
             }
         }
-        if let Some(reported) = usage {
+        if let (Some(reported), Some(Value::Object(report))) = (usage, chunk.get_mut("usage")) {
+            // The counts cover every engine; the engine's details stay.
             let total = self.total_usage(reported);
-            chunk.insert(
-                "usage".into(),
-                serde_json::json!({
-                    "prompt_tokens": total.prompt_tokens,
-                    "completion_tokens": total.completion_tokens,
-                    "total_tokens": total.prompt_tokens + total.completion_tokens,
-                }),
+            report.insert("prompt_tokens".into(), total.prompt_tokens.into());
+            report.insert("completion_tokens".into(), total.completion_tokens.into());
+            report.insert(
+                "total_tokens".into(),
+                (total.prompt_tokens + total.completion_tokens).into(),
             );
             carries = true;
         }
@@ -277,6 +307,16 @@ impl StreamResume {
     }
 }
 
+/// The `message` of an engine's error object (or the object), shortened.
+fn error_message(raw: &str) -> String {
+    let value: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
+    let text = match value.get("message").and_then(Value::as_str) {
+        Some(message) => message.to_owned(),
+        None => raw.to_owned(),
+    };
+    text.chars().take(300).collect()
+}
+
 /// What becomes of one event.
 enum Pass {
     AsIs,
@@ -303,15 +343,24 @@ fn choice_carries(choice: &Value) -> bool {
 }
 
 /// The length of the first whole event of `buf` (up to and with its blank
-/// line), if one is whole.
+/// line), if one is whole. Lines end with `\r\n`, `\n` or `\r`, as SSE
+/// allows; a `\r` last in `buf` may be the start of a `\r\n`, so it ends
+/// nothing yet.
 fn event_len(buf: &[u8]) -> Option<usize> {
+    // Where the line ending at `at` ends, if it is whole.
+    let line_end = |at: usize| match (buf[at], buf.get(at + 1)) {
+        (b'\r', Some(b'\n')) => Some(at + 2),
+        (b'\r', None) => None,
+        _ => Some(at + 1),
+    };
     let mut from = 0;
-    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
-        let nl = from + i;
-        match buf.get(nl + 1..) {
-            Some([b'\n', ..]) => return Some(nl + 2),
-            Some([b'\r', b'\n', ..]) => return Some(nl + 3),
-            _ => from = nl + 1,
+    while let Some(i) = memchr::memchr2(b'\n', b'\r', &buf[from..]) {
+        let after = line_end(from + i)?;
+        // A line ending right after a line ending: the blank line.
+        match buf.get(after) {
+            Some(b'\n' | b'\r') => return line_end(after),
+            Some(_) => from = after,
+            None => return None,
         }
     }
     None
@@ -320,8 +369,7 @@ fn event_len(buf: &[u8]) -> Option<usize> {
 /// The `data` of an event (its `data:` lines joined), if it has any.
 fn data_of(event: &[u8]) -> Option<Cow<'_, [u8]>> {
     let mut data: Option<Cow<'_, [u8]>> = None;
-    for line in event.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+    for line in event.split(|&b| b == b'\n' || b == b'\r') {
         let Some(value) = line.strip_prefix(b"data:") else {
             continue;
         };

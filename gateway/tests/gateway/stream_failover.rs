@@ -209,6 +209,20 @@ async fn a_stream_that_cannot_be_resumed_ends_with_an_error_event_saying_why() {
             assert!(text >= 2, "{events:?}");
         }
     }
+    // The endpoint that would take the continuation refuses connections:
+    // the stream still ends with its error event, never cut.
+    let yaml = format!(
+        "models:\n- name: m\n  endpoints: [\"{}\", \"{}\"]\n  streamFailover: chat\n",
+        engines[0].base_url(),
+        support::dead_endpoint(1)
+    );
+    let lone = Gateway::start(&yaml, &[]);
+    for _ in 0..4 {
+        let events = stream_of(&lone, chat(1)).await;
+        let last = events.last().expect("events");
+        let message = last["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("cannot be resumed"), "{events:?}");
+    }
     let metrics = gw.metrics().await;
     assert_eq!(
         metric_value(

@@ -197,3 +197,58 @@ fn an_engine_that_never_ends_an_event_is_passed_on_and_not_resumed() {
     assert_eq!(passed.len(), 2 * endless.len(), "then passed as it came");
     assert!(matches!(s.next(Bytes::new), Next::Fail(why) if why.contains("1 MiB")));
 }
+
+#[test]
+fn an_engine_that_died_before_its_first_event_leaves_the_role_chunk_to_the_next() {
+    let mut s = live(Api::Chat);
+    assert_eq!(filter(&mut s, "", false).unwrap(), "");
+    let original = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
+    assert!(matches!(
+        s.next(|| Bytes::from_static(original)),
+        Next::Continue(_)
+    ));
+    s.begin(true);
+    let sent = filter(
+        &mut s,
+        &chat_event("b", 2, r#"{"role":"assistant","content":""}"#, "null"),
+        false,
+    )
+    .unwrap();
+    assert_eq!(events(&sent)[0]["choices"][0]["delta"]["role"], "assistant");
+}
+
+#[test]
+fn an_answer_cut_after_its_done_is_not_given_a_second_one() {
+    let mut s = live(Api::Chat);
+    filter(&mut s, "data: [DONE]\n\n", false).unwrap();
+    assert_eq!(s.next(Bytes::new), Next::Close(Bytes::new()));
+}
+
+#[test]
+fn an_engine_error_is_kept_to_be_told_and_a_restart_forgets_everything() {
+    let mut s = live(Api::Chat);
+    let error = "data: {\"error\":{\"message\":\"boom\",\"code\":500}}\n\n";
+    let text = chat_event("a", 1, r#"{"content":"x"}"#, "null");
+    assert_eq!(
+        filter(&mut s, &format!("{text}{error}"), false),
+        Err(StreamFault)
+    );
+    assert_eq!(s.engine_error(), Some("boom"));
+    s.restart();
+    assert!(s.take_carry().is_empty());
+    assert_eq!(s.transcript().text, "");
+    assert!(!s.live());
+}
+
+#[test]
+fn events_may_end_their_lines_with_a_carriage_return_alone() {
+    let mut s = live(Api::Completions);
+    let event = "data: {\"id\":\"k\",\"choices\":[{\"index\":0,\"text\":\"a\"}]}\r\r";
+    let next = "data: {\"id\":\"k\",\"choices\":[{\"index\":0,\"text\":\"b\"}]}\r\r";
+    // The second event's first byte shows the first one's `\r\r` is whole.
+    assert_eq!(filter(&mut s, event, false).unwrap(), "");
+    assert_eq!(filter(&mut s, &next[..1], false).unwrap(), event);
+    assert_eq!(s.transcript().text, "a");
+    assert_eq!(event_len(b"data: x\r\rrest"), Some(9));
+    assert_eq!(event_len(b"data: x\r\n\rrest"), Some(10));
+}
