@@ -661,6 +661,25 @@ models:
     }
 
     #[test]
+    fn stream_failover_takes_a_switch_or_a_list_of_apis() {
+        let of = |value: &str| {
+            ModelTable::from_yaml(&format!("models: [{{name: a, streamFailover: {value}}}]"))
+                .map(|t| t.models[0].stream_failover)
+        };
+        assert_eq!(of("true").ok(), Some(crate::resume::StreamFailover::ALL));
+        assert!(of("false").is_ok_and(|f| f.is_off()));
+        assert!(of("chat").is_ok_and(|f| f.chat && !f.completions));
+        assert!(of("'chat,completions'").is_ok_and(|f| f.chat && f.completions));
+        let absent = ModelTable::from_yaml("models: [{name: a}]").unwrap();
+        assert!(absent.models[0].stream_failover.is_off());
+        let e = of("messages").unwrap_err().to_string();
+        assert!(
+            e.contains("model 'a': streamFailover") && e.contains("'messages'"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn environment_variables_expand_in_local_commands() {
         let lookup = |v: &str| (v == "HOME_DIR").then(|| "/home/u".to_owned());
         assert_eq!(

@@ -645,6 +645,31 @@ mod tests {
     }
 
     #[test]
+    fn the_stream_failover_annotation_names_the_apis_and_nonsense_keeps_it_off() {
+        let with = |value: &str| {
+            model(
+                json!({"metadata": {"name": value.replace([',', ' '], "-"), "namespace": "a",
+                "annotations": {"flexinfer.ai/stream-failover": value}}, "spec": spec()}),
+            )
+        };
+        let snap = Snapshot {
+            models: vec![with("completions"), with("on"), with("messages")],
+            ..Snapshot::default()
+        };
+        let scope = Scope::from_flags("", &["a".into()], false);
+        let out = build(&snap, &scope, &|_, _| Vec::new());
+        let failover = |name: &str| {
+            out.iter()
+                .find(|m| m.config.name == name)
+                .map(|m| m.config.stream_failover)
+        };
+        let completions = failover("completions").expect("model");
+        assert!(completions.completions && !completions.chat);
+        assert_eq!(failover("on"), Some(crate::resume::StreamFailover::ALL));
+        assert!(failover("messages").expect("model").is_off());
+    }
+
+    #[test]
     fn shared_service_labels_form_groups_and_single_ones_are_aliases() {
         let labelled = |labels: serde_json::Value| {
             let mut s = spec();
