@@ -184,13 +184,20 @@ fn covered(set: BTreeSet<Triple>) -> BTreeSet<Triple> {
         .collect()
 }
 
-/// The rendered summary of every values set.
+/// The rendered summary of every values set, rendered once for all the
+/// tests of this file (they run in parallel in one process).
 fn summary() -> Option<Value> {
-    let path = std::env::temp_dir().join(format!("flexinfer-grants-{}.json", std::process::id()));
-    run_check(&["--summary", path.to_str().unwrap()])?;
-    let text = std::fs::read_to_string(&path).expect("summary written");
-    let _ = std::fs::remove_file(&path);
-    Some(serde_json::from_str(&text).expect("summary is JSON"))
+    static SUMMARY: std::sync::OnceLock<Option<Value>> = std::sync::OnceLock::new();
+    SUMMARY
+        .get_or_init(|| {
+            let path =
+                std::env::temp_dir().join(format!("flexinfer-grants-{}.json", std::process::id()));
+            run_check(&["--summary", path.to_str().unwrap()])?;
+            let text = std::fs::read_to_string(&path).expect("summary written");
+            let _ = std::fs::remove_file(&path);
+            Some(serde_json::from_str(&text).expect("summary is JSON"))
+        })
+        .clone()
 }
 
 #[test]
