@@ -84,16 +84,24 @@ def wait_port(port: int, what: str, limit: float = 60.0) -> None:
 
 
 def proc_cpu_seconds(pids) -> float:
-    """User + system CPU time of the processes (and their reaped children)."""
-    total = 0
+    """CPU time of the processes: the nanosecond run time of each of their
+    threads (`/proc/PID/task/*/schedstat`), or user + system clock ticks
+    (10 ms each) where that is not available."""
+    total = 0.0
     for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+            total += sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         # utime, stime, cutime, cstime are fields 14-17 (1-based) of the whole line.
-        total += sum(int(v) for v in fields[11:15])
-    return total / CLOCK_TICKS
+        total += sum(int(v) for v in fields[11:15]) / CLOCK_TICKS
+    return total
 
 
 def proc_rss_kib(pids) -> int:
@@ -259,15 +267,18 @@ def sse_load(port: int, model: str, streams: int, concurrency: int, tokens: int 
     return events[0]
 
 
-def nginx_proxy(work: Path, backend: int, model: str) -> Proxy:
+def nginx_proxy(work: Path, backend: int, model: str, connections: int = 4096) -> Proxy:
+    """nginx as a reverse proxy to `backend`, one worker holding up to
+    `connections` connections (clients and upstreams together)."""
     port = free_port()
     conf = work / "nginx.conf"
     conf.write_text(f"""
 worker_processes 1;
+worker_rlimit_nofile {connections + 64};
 daemon off;
 pid {work}/nginx.pid;
 error_log {work}/nginx-error.log warn;
-events {{ worker_connections 4096; }}
+events {{ worker_connections {connections}; }}
 http {{
   access_log off;
   client_body_temp_path {work}/body;
@@ -278,13 +289,14 @@ http {{
   client_max_body_size 32m;
   upstream sim {{ server 127.0.0.1:{backend}; keepalive 64; }}
   server {{
-    listen 127.0.0.1:{port};
+    listen 127.0.0.1:{port} backlog={min(connections, 16384)};
     location / {{
       proxy_pass http://sim;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
       proxy_request_buffering off;
+      proxy_read_timeout 300s;
     }}
   }}
 }}
