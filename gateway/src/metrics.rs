@@ -500,8 +500,25 @@ impl Metrics {
     /// Counts a finished request of a model without [`RouteMeters`].
     pub fn count_request(&self, model: &str, status: u16, route: &str) {
         self.requests
-            .with_label_values(&[model, &status.to_string(), route])
+            .with_label_values(&[model, &status_label(status), route])
             .inc();
+    }
+}
+
+/// The `status` label of an HTTP status: the common ones without
+/// formatting a number.
+pub fn status_label(status: u16) -> std::borrow::Cow<'static, str> {
+    match status {
+        200 => "200".into(),
+        400 => "400".into(),
+        401 => "401".into(),
+        404 => "404".into(),
+        429 => "429".into(),
+        500 => "500".into(),
+        502 => "502".into(),
+        503 => "503".into(),
+        504 => "504".into(),
+        _ => status.to_string().into(),
     }
 }
 
@@ -561,6 +578,13 @@ fn route_label_index(path: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_labels_are_the_numbers() {
+        for status in 100..600u16 {
+            assert_eq!(status_label(status), status.to_string());
+        }
+    }
 
     #[test]
     fn route_meters_feed_the_labelled_series() {

@@ -86,11 +86,20 @@ impl Gateway {
         }
         if let Some(charge) = plan.metering.as_ref().and_then(|m| m.charge.as_ref()) {
             for (name, value) in &charge.headers {
-                resp.insert_header(*name, value.as_str())?;
+                resp.insert_header(*name, value.clone())?;
             }
         }
         Ok(())
     }
+}
+
+/// Whether a `Content-Type` names a JSON body (`application/json`,
+/// `application/problem+json; charset=utf-8`, in any case). Types are a
+/// few dozen bytes: a plain scan costs less than building a searcher.
+pub(super) fn names_json(content_type: &[u8]) -> bool {
+    content_type
+        .windows(4)
+        .any(|w| w.eq_ignore_ascii_case(b"json"))
 }
 
 /// Whether the client asks for the prefix-cache hit rate
@@ -120,5 +129,31 @@ impl Gateway {
         let load = endpoints.backend_load(idx);
         load.want_hit_rate();
         load.prefix_hit_rate(crate::routing::backend_load::now_ms())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_json;
+
+    #[test]
+    fn json_types_are_named_in_any_case() {
+        for yes in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/problem+json",
+            "json",
+        ] {
+            assert!(names_json(yes.as_bytes()), "{yes}");
+        }
+        for no in [
+            "text/plain",
+            "text/event-stream",
+            "",
+            "jso",
+            "application/js",
+        ] {
+            assert!(!names_json(no.as_bytes()), "{no}");
+        }
     }
 }

@@ -2,15 +2,22 @@
 //! admission, corrected with the usage its answer reports, and the token
 //! counters. It travels with the plan, so a subrequest settles it too.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 use http::header;
+use memchr::memmem::Finder;
 use pingora_http::ResponseHeader;
 
 use crate::extract::JsonView;
 use crate::metrics::Metrics;
 use crate::tenants::{Tenant, TokenCharge, Usage, UsageMeter, UsageStripper};
+
+/// The media type of a server-sent event stream.
+const EVENT_STREAM: &[u8] = b"text/event-stream";
+
+/// The field that starts each streamed event, searched in every chunk.
+static DATA_FIELD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"data:"));
 
 /// A request's tenant accounting.
 pub(super) struct Metering {
@@ -69,10 +76,11 @@ impl Metering {
         let content_type = resp
             .headers
             .get(header::CONTENT_TYPE)
-            .map(|v| v.as_bytes().to_ascii_lowercase())
-            .unwrap_or_default();
-        let events = content_type.starts_with(b"text/event-stream");
-        let json = memchr::memmem::find(&content_type, b"json").is_some();
+            .map_or(&b""[..], |v| v.as_bytes());
+        let events = content_type
+            .get(..EVENT_STREAM.len())
+            .is_some_and(|t| t.eq_ignore_ascii_case(EVENT_STREAM));
+        let json = super::headers::names_json(content_type);
         if !events {
             // Not the stream it asked usage for (e.g. an error): nothing to take out.
             self.stripper = None;
@@ -105,7 +113,7 @@ impl Metering {
         if let (Some(events), Some(chunk)) = (&mut self.events, body.as_deref()) {
             // Every event an engine streams carries a token at most a few
             // times over; counted before any usage is taken out.
-            *events += memchr::memmem::find_iter(chunk, b"data:").count() as u64;
+            *events += DATA_FIELD.find_iter(chunk).count() as u64;
         }
         if let Some(stripper) = &mut self.stripper {
             let chunk = body.as_deref().unwrap_or_default();
@@ -173,6 +181,32 @@ impl Drop for Metering {
 mod tests {
     use super::*;
     use crate::tenants::{Estimate, Tenants};
+
+    #[test]
+    fn the_answers_type_decides_what_is_watched_in_any_case() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), "tenants:\n  - name: t\n    keys: [k]\n").unwrap();
+        let tenants = Tenants::load(Some(file.path()), Vec::<String>::new()).unwrap();
+        let tenant = tenants.identify(b"k").unwrap();
+        for (content_type, events, watched) in [
+            ("Text/Event-Stream; charset=utf-8", true, true),
+            ("text/event-stream", true, true),
+            ("application/JSON", false, true),
+            ("application/problem+json", false, true),
+            ("text/html", false, false),
+            ("text/event", false, false),
+            ("", false, false),
+        ] {
+            let mut metering = Metering::new(tenant.clone(), None, 0);
+            let mut resp = ResponseHeader::build(200, None).unwrap();
+            if !content_type.is_empty() {
+                resp.insert_header("content-type", content_type).unwrap();
+            }
+            metering.begin(&mut resp);
+            assert_eq!(metering.meter.is_some(), watched, "{content_type:?}");
+            assert_eq!(metering.events.is_some(), events, "{content_type:?}");
+        }
+    }
 
     #[test]
     fn a_request_refused_after_its_charge_gets_the_tokens_back() {

@@ -28,7 +28,7 @@ impl Gateway {
         if let Some(tenant) = &ctx.tenant {
             self.metrics
                 .tenant_requests
-                .with_label_values(&[model, &tenant.name, &status.to_string()])
+                .with_label_values(&[model, &tenant.name, &crate::metrics::status_label(status)])
                 .inc();
         }
         match self.route_meters(ctx) {

@@ -63,7 +63,7 @@ impl UsageHold {
         let headers = &head.headers;
         let json = headers
             .get(header::CONTENT_TYPE)
-            .is_some_and(|v| memchr::memmem::find(v.as_bytes(), b"json").is_some());
+            .is_some_and(|v| super::headers::names_json(v.as_bytes()));
         let bounded = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())

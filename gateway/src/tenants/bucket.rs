@@ -93,6 +93,12 @@ impl Bucket {
     /// Takes `cost` tokens when the bucket holds them (and, behind several
     /// replicas, when this replica's share allows it).
     pub fn take(&self, cost: f64) -> Result<(), Refusal> {
+        self.take_reporting(cost).map(drop)
+    }
+
+    /// [`Bucket::take`], answering what [`Bucket::remaining`] would after
+    /// it, read under the same lock and clock reading.
+    pub fn take_reporting(&self, cost: f64) -> Result<(f64, Duration), Refusal> {
         if cost > self.capacity {
             return Err(Refusal::TooLarge);
         }
@@ -116,7 +122,7 @@ impl Bucket {
             level.share -= cost;
             level.window += cost;
             level.unsent += cost;
-            Ok(())
+            Ok(self.report(level))
         })
     }
 
@@ -152,13 +158,15 @@ impl Bucket {
     /// Tokens there now (never below zero) and how long until the bucket
     /// is full again.
     pub fn remaining(&self) -> (f64, Duration) {
-        self.with_level(|level, _| {
-            let empty = (self.capacity - level.tokens).max(0.0);
-            (
-                level.tokens.max(0.0),
-                Duration::from_secs_f64(empty / self.rate),
-            )
-        })
+        self.with_level(|level, _| self.report(level))
+    }
+
+    fn report(&self, level: &Level) -> (f64, Duration) {
+        let empty = (self.capacity - level.tokens).max(0.0);
+        (
+            level.tokens.max(0.0),
+            Duration::from_secs_f64(empty / self.rate),
+        )
     }
 }
 
@@ -177,6 +185,18 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(b.take(101.0), Err(Refusal::TooLarge));
+    }
+
+    #[test]
+    fn a_charge_reports_the_level_it_leaves() {
+        // A slow refill: the level cannot move between the two readings.
+        let b = Bucket::new(0.001, 100.0);
+        let (left, full_in) = b.take_reporting(30.0).unwrap();
+        assert!((69.99..=70.0).contains(&left), "{left}");
+        assert!(full_in > Duration::from_secs(29_000), "{full_in:?}");
+        let (again, _) = b.remaining();
+        assert!((again - left).abs() < 0.01, "{again} vs {left}");
+        assert_eq!(b.take_reporting(101.0), Err(Refusal::TooLarge));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use http::HeaderValue;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -120,8 +121,9 @@ pub struct Estimate {
     pub output: u64,
 }
 
-/// `x-ratelimit-*` headers in OpenAI's style.
-pub type RateHeaders = Vec<(&'static str, String)>;
+/// `x-ratelimit-*` headers in OpenAI's style, as values ready for the
+/// answer's head.
+pub type RateHeaders = Vec<(&'static str, HeaderValue)>;
 
 /// Formats a reset time as OpenAI does (`1s`, `6m0s`, `250ms`).
 fn reset(d: Duration) -> String {
@@ -136,8 +138,13 @@ fn reset(d: Duration) -> String {
     }
 }
 
-fn push_headers(out: &mut RateHeaders, kind: &str, bucket: &Bucket) {
-    let (left, full_in) = bucket.remaining();
+/// The limit, remaining and reset headers of one bucket, given its
+/// capacity and its level (tokens left, time until full).
+fn rate_headers(
+    kind: &str,
+    capacity: f64,
+    (left, full_in): (f64, Duration),
+) -> [(&'static str, HeaderValue); 3] {
     let (limit, remaining, reset_name) = match kind {
         "requests" => (
             "x-ratelimit-limit-requests",
@@ -150,9 +157,14 @@ fn push_headers(out: &mut RateHeaders, kind: &str, bucket: &Bucket) {
             "x-ratelimit-reset-tokens",
         ),
     };
-    out.push((limit, format!("{}", bucket.capacity() as u64)));
-    out.push((remaining, format!("{}", left as u64)));
-    out.push((reset_name, reset(full_in)));
+    // `reset` writes digits and unit letters only: always a valid value.
+    let reset_value =
+        HeaderValue::try_from(reset(full_in)).unwrap_or_else(|_| HeaderValue::from_static("0s"));
+    [
+        (limit, HeaderValue::from(capacity as u64)),
+        (remaining, HeaderValue::from(left as u64)),
+        (reset_name, reset_value),
+    ]
 }
 
 /// The code of a charge refused only because this replica took its share
@@ -162,8 +174,10 @@ pub const NEXT_WINDOW: &str = "rate_limit_next_window";
 
 /// The 429 for a refused charge.
 fn refused(kind: &str, tenant: &str, refusal: Refusal, bucket: &Bucket, cost: f64) -> ApiError {
-    let mut headers = RateHeaders::new();
-    push_headers(&mut headers, kind, bucket);
+    let headers = rate_headers(kind, bucket.capacity(), bucket.remaining())
+        .into_iter()
+        .map(|(name, value)| (name, value.to_str().unwrap_or_default().to_owned()))
+        .collect();
     let mut err = match refusal {
         Refusal::NextWindow(wait) => {
             let mut e = ApiError::rate_limited(wait.as_secs_f64().ceil() as u64);
@@ -310,34 +324,40 @@ impl Tenant {
                 }
             }
         };
-        for l in &limits {
+        // The headers show the narrowest limit (the per-model one when
+        // there is one), as its buckets stood right after the charge.
+        let narrowest = limits.len().saturating_sub(1);
+        let mut headers = RateHeaders::with_capacity(6);
+        for (i, l) in limits.iter().enumerate() {
             if let Some(b) = &l.requests {
-                if let Err(r) = b.take(1.0) {
-                    undo(&taken_requests, &[]);
-                    return Err(refused("requests", &self.name, r, b, 1.0));
+                match b.take_reporting(1.0) {
+                    Ok(level) if i == narrowest => {
+                        headers.extend(rate_headers("requests", b.capacity(), level))
+                    }
+                    Ok(_) => {}
+                    Err(r) => {
+                        undo(&taken_requests, &[]);
+                        return Err(refused("requests", &self.name, r, b, 1.0));
+                    }
                 }
                 taken_requests.push(b);
             }
         }
         let mut charged: Vec<(Arc<Limits>, f64)> = Vec::new();
-        for l in &limits {
+        for (i, l) in limits.iter().enumerate() {
             if let Some(b) = &l.tokens {
                 let cost = l.cost(estimate);
-                if let Err(r) = b.take(cost) {
-                    undo(&taken_requests, &charged);
-                    return Err(refused("tokens", &self.name, r, b, cost));
+                match b.take_reporting(cost) {
+                    Ok(level) if i == narrowest => {
+                        headers.extend(rate_headers("tokens", b.capacity(), level))
+                    }
+                    Ok(_) => {}
+                    Err(r) => {
+                        undo(&taken_requests, &charged);
+                        return Err(refused("tokens", &self.name, r, b, cost));
+                    }
                 }
                 charged.push(((*l).clone(), cost));
-            }
-        }
-        let mut headers = RateHeaders::new();
-        // The narrowest limit's view: the per-model one when there is one.
-        if let Some(l) = limits.last() {
-            if let Some(b) = &l.requests {
-                push_headers(&mut headers, "requests", b);
-            }
-            if let Some(b) = &l.tokens {
-                push_headers(&mut headers, "tokens", b);
             }
         }
         Ok(TokenCharge {
@@ -653,6 +673,39 @@ mod tests {
         assert!(a.allows("llama") && a.allows("qwen-7b") && !a.allows("llama2"));
         assert_eq!(&*t.identify(b"plain").unwrap().name, ANONYMOUS);
         assert!(t.identify(b"kb").is_none());
+    }
+
+    #[test]
+    fn an_admission_carries_the_rate_limit_headers_of_its_charge() {
+        let (_f, t) = tenants(FILE);
+        let a = t.identify(b"ka").unwrap();
+        let est = Estimate {
+            prompt: 40,
+            output: 10,
+        };
+        let charge = a.admit("llama", est).unwrap();
+        let got: Vec<(&str, &str)> = charge
+            .headers
+            .iter()
+            .map(|(k, v)| (*k, v.to_str().unwrap()))
+            .collect();
+        let names: Vec<&str> = got.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            names,
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ]
+        );
+        // Burst 2, one taken; 60 tokens, 50 taken, refilled at 1 a second.
+        assert_eq!((got[0].1, got[1].1), ("2", "1"));
+        assert_eq!((got[3].1, got[4].1), ("60", "10"));
+        assert!(["49s", "50s"].contains(&got[5].1), "{}", got[5].1);
+        assert!(["999ms", "1s"].contains(&got[2].1), "{}", got[2].1);
     }
 
     #[test]

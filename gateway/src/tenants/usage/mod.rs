@@ -6,10 +6,23 @@
 
 mod report;
 
+use std::sync::LazyLock;
+
 use flexinfer_jsonscan as scan;
+use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use report::Reported;
+
+/// The `usage` key, searched in every chunk of a metered stream.
+static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+
+/// How engines end every chunk of a stream asked for its usage but the
+/// last: `"usage":null` as the object's last member, without spaces. In a
+/// JSON object these bytes at its very end can only be its own last member
+/// (inside a string they would be followed by its closing quote), so such
+/// a chunk is recognised without walking its members.
+const NULL_USAGE_LAST: &[u8] = b"\"usage\":null}";
 
 /// Largest JSON answer, or partial event line, kept to find the usage in.
 const MAX_KEPT: usize = 1 << 20;
@@ -84,15 +97,16 @@ impl UsageMeter {
     }
 
     fn scan_lines(&mut self, lines: &[u8]) {
-        if memchr::memmem::find(lines, b"\"usage\"").is_none() {
+        if USAGE_KEY.find(lines).is_none() {
             return;
         }
         for line in lines.split(|&b| b == b'\n') {
             let Some(data) = line.strip_prefix(b"data:") else {
                 continue;
             };
-            if memchr::memmem::find(data, b"\"usage\"").is_some() {
-                self.found.read(data.trim_ascii());
+            let data = data.trim_ascii();
+            if !data.ends_with(NULL_USAGE_LAST) && USAGE_KEY.find(data).is_some() {
+                self.found.read(data);
             }
         }
     }
@@ -132,7 +146,7 @@ impl UsageStripper {
         let plain = self.partial.is_empty()
             && !self.skip_blank_line
             && chunk.last() == Some(&b'\n')
-            && memchr::memmem::find(chunk, b"\"usage\"").is_none();
+            && USAGE_KEY.find(chunk).is_none();
         if plain {
             return None;
         }
@@ -169,8 +183,19 @@ impl UsageStripper {
         let Some(payload) = line.strip_prefix(b"data:") else {
             return Line::Keep;
         };
-        if memchr::memmem::find(payload, b"\"usage\"").is_none() {
+        if USAGE_KEY.find(payload).is_none() {
             return Line::Keep;
+        }
+        let body = line.trim_ascii_end();
+        if let Some(member) = body
+            .strip_suffix(NULL_USAGE_LAST)
+            .and_then(|rest| rest.strip_suffix(b","))
+        {
+            // The common chunk: its last member taken out with its comma.
+            let mut out = Vec::with_capacity(line.len());
+            out.extend_from_slice(member);
+            out.extend_from_slice(&line[body.len() - 1..]);
+            return Line::Replace(out);
         }
         let offset = line.len() - payload.len();
         let open = scan::skip_ws(line, offset);
@@ -284,6 +309,32 @@ mod tests {
         let mut none = UsageMeter::new(false);
         none.feed(br#"{"usage":null}"#);
         assert_eq!(none.finish(), None);
+    }
+
+    #[test]
+    fn a_last_null_usage_is_taken_out_as_the_member_walk_would() {
+        let mut s = UsageStripper::default();
+        let mut strip = |line: &str| match s.data_line(line.as_bytes()) {
+            Line::Keep => line.to_owned(),
+            Line::Drop => String::new(),
+            Line::Replace(new) => String::from_utf8(new).unwrap(),
+        };
+        // Quickly: the member last, after a comma, content that mentions it.
+        assert_eq!(
+            strip("data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\":null}\"}}],\"usage\":null}\r\n"),
+            "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\":null}\"}}]}\r\n"
+        );
+        // By the walk: the only member, spaces, a nested one left alone.
+        assert_eq!(strip("data: {\"usage\":null}\n"), "data: {}\n");
+        assert_eq!(
+            strip("data: {\"id\":1, \"usage\": null }\n"),
+            "data: {\"id\":1 }\n"
+        );
+        assert_eq!(
+            strip("data: {\"a\":{\"b\":1,\"usage\":null}}\n"),
+            "data: {\"a\":{\"b\":1,\"usage\":null}}\n"
+        );
+        assert!(s.usage().is_none());
     }
 
     #[test]
