@@ -18,8 +18,13 @@ Against one fast `flexinfer-sim` backend it measures, in one run:
                   peered with a second replica (each pick published to it)
   flexinfer-base  flexinfer-gateway of --base-gateway-bin (another build, e.g. an
                   earlier commit), set up as `flexinfer`: before/after in one run
+  flexinfer-base-tenants  the same build set up as `flexinfer-tenants`
   pingora         the floor: a Pingora proxy with no logic (one upstream,
                   bodies passed through unread; gateway/examples/pingora_floor.rs)
+  pingora-configured  the same floor set up as the gateway is: its allocator
+                  (mimalloc) and its default upstream timeouts (Pingora arms
+                  the read timeout again at each read that waits); what
+                  FlexInfer spends beyond it is its logic
   nginx           nginx as a reverse proxy (keep-alive upstream, no buffering)
   haproxy         HAProxy in HTTP mode (keep-alive upstream)
   litellm         LiteLLM proxy, when `litellm` is importable (--litellm-python)
@@ -62,6 +67,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The floor targets and the example each runs.
+FLOORS = {"pingora": "pingora_floor", "pingora-configured": "pingora_floor_configured"}
+
 SIZES = (("small", 1024), ("medium", 32 * 1024), ("large", 1024 * 1024))
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -353,7 +361,7 @@ def floor_ratios(results: dict) -> dict:
     out = {}
     for size_name, _ in SIZES:
         f, r = flex[size_name], {}
-        for other in ("pingora", "nginx"):
+        for other in ("pingora", "pingora-configured", "nginx"):
             o = results.get(other, {}).get(size_name)
             if not o:
                 continue
@@ -371,7 +379,7 @@ def floor_ratios(results: dict) -> dict:
     if sse:
         out["sse"] = sse
     stream = {}
-    for other in ("pingora", "nginx"):
+    for other in ("pingora", "pingora-configured", "nginx"):
         f, o = flex.get("sse128"), results.get(other, {}).get("sse128")
         if f and o and o.get("cpu_ms_per_stream"):
             stream[f"cpu_vs_{other}"] = round(f["cpu_ms_per_stream"] / o["cpu_ms_per_stream"], 2)
@@ -439,8 +447,9 @@ def main() -> None:
         profile = ["--profile", args.cargo_profile]
         subprocess.run(["cargo", "build", *profile, "-q", "-p", "flexinfer-gateway", "-p",
                         "flexinfer-conformance"], cwd=ROOT, check=True)
-        subprocess.run(["cargo", "build", *profile, "-q", "-p", "flexinfer-gateway", "--example",
-                        "pingora_floor"], cwd=ROOT, check=True)
+        examples = [a for name in FLOORS.values() for a in ("--example", name)]
+        subprocess.run(["cargo", "build", *profile, "-q", "-p", "flexinfer-gateway", *examples],
+                       cwd=ROOT, check=True)
     bins = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / args.cargo_profile
     wanted = set(args.targets.split(","))
     out = Path(args.out)
@@ -496,22 +505,24 @@ def main() -> None:
             logged = gateway("info", work / "access.log")
             logged.name = "flexinfer-log"
             proxies.append(logged)
+        # A tenant whose key, model list and requests/s and tokens/min
+        # budgets every request passes.
+        keys = work / "keys.yaml"
+        keys.write_text(
+            "tenants:\n  - name: bench\n    keys: [bench-key]\n    models: [bench, bench-stream, bench-burst]\n"
+            "    limits: {requestsPerSecond: 1000000000, tokensPerMinute: 1000000000000}\n"
+        )
         if "flexinfer-tenants" in wanted:
-            # The same gateway with a tenant whose key, model list and
-            # requests/s and tokens/min budgets every request passes.
-            keys = work / "keys.yaml"
-            keys.write_text(
-                "tenants:\n  - name: bench\n    keys: [bench-key]\n    models: [bench, bench-stream, bench-burst]\n"
-                "    limits: {requestsPerSecond: 1000000000, tokensPerMinute: 1000000000000}\n"
-            )
             tenants = gateway("error", extra=("--api-key-file", str(keys)))
             tenants.name = "flexinfer-tenants"
             proxies.append(tenants)
-        if "flexinfer-base" in wanted:
+        for name, extra in (("flexinfer-base", ()), ("flexinfer-base-tenants", ("--api-key-file", str(keys)))):
+            if name not in wanted:
+                continue
             if not args.base_gateway_bin:
-                sys.exit("target flexinfer-base needs --base-gateway-bin")
-            base = gateway("error", binary=args.base_gateway_bin)
-            base.name = "flexinfer-base"
+                sys.exit(f"target {name} needs --base-gateway-bin")
+            base = gateway("error", extra=extra, binary=args.base_gateway_bin)
+            base.name = name
             proxies.append(base)
         if "flexinfer-usage" in wanted:
             usage = gateway("error", extra=("--usage-headers", "true"))
@@ -535,11 +546,14 @@ def main() -> None:
             procs.append(second.proc)
             wait_port(second.port, "second replica", limit=120)
             proxies.append(cache_aware)
-        if "pingora" in wanted:
-            floor_port = free_port()
-            floor = start([str(bins / "examples" / "pingora_floor"), f"127.0.0.1:{floor_port}",
-                           f"127.0.0.1:{sim_port}", str(args.gateway_threads)])
-            proxies.append(Proxy("pingora", floor_port, floor, served))
+        def floor(name: str, upstream: int) -> Proxy:
+            port = free_port()
+            proc = start([str(bins / "examples" / FLOORS[name]), f"127.0.0.1:{port}",
+                          f"127.0.0.1:{upstream}", str(args.gateway_threads)])
+            return Proxy(name, port, proc, served)
+
+        floors = [name for name in FLOORS if name in wanted]
+        proxies.extend(floor(name, sim_port) for name in floors)
         if "nginx" in wanted:
             proxies.append(nginx_proxy(work, sim_port, served))
         if "haproxy" in wanted:
@@ -562,12 +576,11 @@ def main() -> None:
             procs.append(nginx_s.proc)
             wait_port(nginx_s.port, "nginx (stream)")
             stream_targets["nginx"] = (nginx_s.port, served)
-        if "pingora" in wanted:
-            floor_s = free_port()
-            procs.append(start([str(bins / "examples" / "pingora_floor"), f"127.0.0.1:{floor_s}",
-                                f"127.0.0.1:{stream_port}", str(args.gateway_threads)]))
-            wait_port(floor_s, "pingora (stream)")
-            stream_targets["pingora"] = (floor_s, served)
+        for name in floors:
+            floor_s = floor(name, stream_port)
+            procs.append(floor_s.proc)
+            wait_port(floor_s.port, f"{name} (stream)")
+            stream_targets[name] = (floor_s.port, served)
         if "haproxy" in wanted:
             haproxy_s = haproxy_proxy(work / "s", stream_port, served)
             procs.append(haproxy_s.proc)
@@ -579,13 +592,11 @@ def main() -> None:
         # instance in front of the fast-streaming simulator.
         burst_targets = {p.name: (p.port, "bench-burst", p) for p in proxies
                          if p.name.startswith("flexinfer")}
-        if "pingora" in wanted:
-            floor_b = free_port()
-            floor_b_proc = start([str(bins / "examples" / "pingora_floor"), f"127.0.0.1:{floor_b}",
-                                  f"127.0.0.1:{burst_port}", str(args.gateway_threads)])
-            procs.append(floor_b_proc)
-            wait_port(floor_b, "pingora (fast stream)")
-            burst_targets["pingora"] = (floor_b, served, Proxy("pingora", floor_b, floor_b_proc, served))
+        for name in floors:
+            floor_b = floor(name, burst_port)
+            procs.append(floor_b.proc)
+            wait_port(floor_b.port, f"{name} (fast stream)")
+            burst_targets[name] = (floor_b.port, served, floor_b)
         if "nginx" in wanted:
             (work / "b").mkdir()
             nginx_b = nginx_proxy(work / "b", burst_port, served)
@@ -720,6 +731,9 @@ def main() -> None:
                       f"{r.get('added_p50_ms')} ({r.get('pingora_added_p50_ms')}, {r.get('nginx_added_p50_ms')}) | "
                       f"{r.get('added_p99_ms')} | {r.get('c1_added_p50_ms')} "
                       f"({r.get('pingora_c1_added_p50_ms')}, {r.get('nginx_c1_added_p50_ms')}) |")
+            configured = {k: r.get("cpu_vs_pingora-configured") for k, r in ratios.items() if k != "sse"}
+            if any(configured.values()):
+                print(f"\nFlexInfer CPU ÷ the floor set up as the gateway is: {configured}")
             if "sse" in ratios:
                 print(f"\nSSE time to first byte: {ratios['sse']}")
             if "sse128" in ratios:
