@@ -93,15 +93,6 @@ impl Gateway {
     }
 }
 
-/// Whether a `Content-Type` names a JSON body (`application/json`,
-/// `application/problem+json; charset=utf-8`, in any case). Types are a
-/// few dozen bytes: a plain scan costs less than building a searcher.
-pub(super) fn names_json(content_type: &[u8]) -> bool {
-    content_type
-        .windows(4)
-        .any(|w| w.eq_ignore_ascii_case(b"json"))
-}
-
 /// Whether the client asks for the prefix-cache hit rate
 /// (`X-Flexinfer-Want-Prefix-Hit`: `1`, `true`, `yes` or `on`, in any case).
 fn wants_prefix_hit(req: &RequestHeader) -> bool {
@@ -129,31 +120,5 @@ impl Gateway {
         let load = endpoints.backend_load(idx);
         load.want_hit_rate();
         load.prefix_hit_rate(crate::routing::backend_load::now_ms())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::names_json;
-
-    #[test]
-    fn json_types_are_named_in_any_case() {
-        for yes in [
-            "application/json",
-            "Application/JSON; charset=utf-8",
-            "application/problem+json",
-            "json",
-        ] {
-            assert!(names_json(yes.as_bytes()), "{yes}");
-        }
-        for no in [
-            "text/plain",
-            "text/event-stream",
-            "",
-            "jso",
-            "application/js",
-        ] {
-            assert!(!names_json(no.as_bytes()), "{no}");
-        }
     }
 }

@@ -80,7 +80,7 @@ impl Metering {
         let events = content_type
             .get(..EVENT_STREAM.len())
             .is_some_and(|t| t.eq_ignore_ascii_case(EVENT_STREAM));
-        let json = super::headers::names_json(content_type);
+        let json = std::str::from_utf8(content_type).is_ok_and(crate::extract::is_json_media_type);
         if !events {
             // Not the stream it asked usage for (e.g. an error): nothing to take out.
             self.stripper = None;
@@ -194,6 +194,7 @@ mod tests {
             ("application/JSON", false, true),
             ("application/problem+json", false, true),
             ("text/html", false, false),
+            ("application/x-ndjson", false, false),
             ("text/event", false, false),
             ("", false, false),
         ] {

@@ -63,7 +63,8 @@ impl UsageHold {
         let headers = &head.headers;
         let json = headers
             .get(header::CONTENT_TYPE)
-            .is_some_and(|v| super::headers::names_json(v.as_bytes()));
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(crate::extract::is_json_media_type);
         let bounded = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
